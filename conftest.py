@@ -1,0 +1,142 @@
+"""Shared fixtures. Every test talks to the real Redis named by REDIS_URL (the
+machine's in CI, an embedded redis-server under `make test`) and to the database
+named by DATABASE_URL. Each test gets its own event id and its keys are removed
+afterwards, so tests never see each other's state."""
+
+import json
+import os
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+import redis as redis_lib
+from django.conf import settings
+from django.test import Client
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+def require(condition: bool, reason: str) -> None:
+    """Skip when a service is missing on a developer's machine; fail in CI."""
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"CI=true and {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(autouse=True)
+def _no_rate_limits(settings) -> None:
+    # Every test client is 127.0.0.1; the rate-limit tests turn limits back on.
+    settings.RATE_LIMIT_JOIN = 0
+    settings.RATE_LIMIT_LEAVE = 0
+
+
+@pytest.fixture
+def rc() -> redis_lib.Redis:
+    from ticketing import redis as r
+
+    return r.client()
+
+
+@pytest.fixture
+def make_event(db) -> Iterator[Callable[..., "object"]]:
+    """Create events with unique ids (and their Redis state); wipe them afterwards."""
+    from queue_app import services
+    from queue_app.models import Event
+    from ticketing import redis as r
+
+    made: list[str] = []
+
+    def make(**fields) -> Event:
+        fields.setdefault("event_id", f"t-{uuid.uuid4().hex[:12]}")
+        fields.setdefault("total_seats", 100)
+        event = Event.objects.create(**fields)
+        services.event_publish(event)
+        made.append(event.event_id)
+        return event
+
+    yield make
+    for event_id in made:
+        services.event_wipe(event_id)
+        r.client().srem(r.EVENTS_KEY, event_id)
+
+
+@pytest.fixture
+def event(make_event):
+    return make_event()
+
+
+class Api:
+    """The JSON API through Django's test client: returns (status, parsed body)."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.last = None
+
+    def call(self, method: str, path: str, body=None, **extra) -> tuple[int, dict]:
+        kwargs = {}
+        if body is not None:
+            kwargs = {
+                "data": body if isinstance(body, (bytes, str)) else json.dumps(body),
+                "content_type": extra.pop("content_type", "application/json"),
+            }
+        resp = getattr(self.client, method)(path, **kwargs, **extra)
+        self.last = resp
+        return resp.status_code, json.loads(resp.content)
+
+    def join(self, event_id: str | None = None, **extra) -> tuple[int, dict]:
+        return self.call(
+            "post", "/api/queue/join", {} if event_id is None else {"eventId": event_id}, **extra
+        )
+
+    def rejoin(self, token: str, event_id: str | None = None, **extra) -> tuple[int, dict]:
+        body = {"token": token} | ({"eventId": event_id} if event_id else {})
+        return self.call("post", "/api/queue/rejoin", body, **extra)
+
+    def leave(self, token: str, event_id: str, **extra) -> tuple[int, dict]:
+        return self.call("delete", f"/api/queue/leave?token={token}&eventId={event_id}", **extra)
+
+    def poll(self, token: str, event_id: str, **extra) -> tuple[int, dict]:
+        return self.call("get", f"/api/status/poll?token={token}&eventId={event_id}", **extra)
+
+    def token(self, event_id: str) -> str:
+        status, body = self.join(event_id)
+        assert status == 200, body
+        return body["data"]["token"]
+
+
+@pytest.fixture
+def api(client) -> Api:
+    client.raise_request_exception = False
+    return Api(client)
+
+
+def event_state(event_id: str) -> dict:
+    """Every Redis key of an event with its type and value: to prove nothing changed."""
+    from ticketing import redis as r
+
+    c = r.client()
+    state = {}
+    for name in sorted(c.scan_iter(match=r.EventKeys(event_id).pattern(), count=1000)):
+        kind = c.type(name).decode()
+        value = {
+            "string": c.get,
+            "list": lambda n: c.lrange(n, 0, -1),
+            "hash": c.hgetall,
+            "zset": lambda n: c.zrange(n, 0, -1, withscores=True),
+            "set": c.smembers,
+            "stream": lambda n: c.xrange(n),
+        }[kind](name)
+        state[name] = (kind, value)
+    return state
+
+
+@pytest.fixture
+def snapshot() -> Callable[[str], dict]:
+    return event_state
+
+
+@pytest.fixture
+def redis_url() -> str:
+    return settings.REDIS_URL

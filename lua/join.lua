@@ -1,0 +1,34 @@
+-- Give a token its place at the back of the waiting line, unless it has one.
+-- join passes a fresh token; rejoin passes the token the client kept, so F5
+-- keeps the place and an expired or unknown token goes to the back.
+-- Arrival order is one counter (KEYS[2]) and Redis' own clock: no app server's
+-- wall clock takes part, and two arrivals never share a number.
+--
+-- KEYS[1] meta    HASH    event status
+-- KEYS[2] seq     STRING  last arrival number issued
+-- KEYS[3] line    LIST    tokens in arrival order
+-- KEYS[4] bucket  HASH    token -> arrival number (waiting) or 0 (admitted)
+-- KEYS[5] active  ZSET    token -> end of its active window (ms)
+-- KEYS[6] booked  STRING  reservation id, once this token has booked
+-- ARGV[1] token, 16 raw bytes
+--
+-- Returns {outcome, joinedAtMs, reservationId}; outcome is one of
+-- JOINED, WAITING, ACTIVE, ALREADY_BOOKED, EVENT_NOT_FOUND, EVENT_CLOSED.
+local status = redis.call('HGET', KEYS[1], 'status')
+if not status then return {'EVENT_NOT_FOUND'} end
+local booked = redis.call('GET', KEYS[6])
+if booked then return {'ALREADY_BOOKED', 0, booked} end
+if status == 'CLOSED' then return {'EVENT_CLOSED'} end
+
+local state = redis.call('HGET', KEYS[4], ARGV[1])
+if state and state ~= '0' then return {'WAITING', 0} end
+
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local expires = redis.call('ZSCORE', KEYS[5], ARGV[1])
+if expires and tonumber(expires) > now then return {'ACTIVE', 0} end
+
+local seq = redis.call('INCR', KEYS[2])
+redis.call('RPUSH', KEYS[3], ARGV[1])
+redis.call('HSET', KEYS[4], ARGV[1], seq)
+return {'JOINED', now}

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class QueueAppConfig(AppConfig):
+    name = "queue_app"
+    verbose_name = "Waiting room"

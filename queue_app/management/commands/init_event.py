@@ -1,0 +1,74 @@
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
+
+from queue_app import services
+from queue_app.models import Event
+
+
+class Command(BaseCommand):
+    help = (
+        "Create or update an event and its Redis state. Seats left are never "
+        "overwritten (a new total moves them by the difference) unless --reset."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("event_id")
+        parser.add_argument("--seats", type=int, help="total seats")
+        parser.add_argument("--batch", type=int, help="people admitted per second (0 admits nobody)")
+        parser.add_argument("--ttl", type=int, help="active window in seconds")
+        parser.add_argument("--max-active", type=int, help="most people active at once (0 = no cap)")
+        parser.add_argument("--max-per-booking", type=int, help="most seats in one booking")
+        parser.add_argument("--name", help="display name")
+        parser.add_argument(
+            "--reset",
+            action="store_true",
+            help="wipe the event's Redis state (line, active window, counters) first",
+        )
+        parser.add_argument(
+            "--if-missing", action="store_true", help="do nothing when the event already exists"
+        )
+
+    def handle(self, *args, **opts) -> None:
+        event_id = opts["event_id"]
+        for name in ("seats", "batch", "ttl", "max_active", "max_per_booking"):
+            if opts[name] is not None and opts[name] < (1 if name in ("ttl", "max_per_booking") else 0):
+                raise CommandError(f"--{name.replace('_', '-')} must not be {opts[name]}.")
+        existing = Event.objects.filter(event_id=event_id).first()
+        if existing and opts["if_missing"]:
+            self.stdout.write(f"Event {event_id} exists; left as it is.")
+            return
+        event = existing or Event(event_id=event_id, **Event.defaults_from_settings())
+        if existing is None and opts["seats"] is None:
+            event.total_seats = settings.TOTAL_SEATS
+        for opt, field in (
+            ("seats", "total_seats"),
+            ("batch", "admit_per_second"),
+            ("ttl", "active_window_seconds"),
+            ("max_active", "max_active_users"),
+            ("max_per_booking", "max_seats_per_booking"),
+            ("name", "name"),
+        ):
+            if opts[opt] is not None:
+                setattr(event, field, opts[opt])
+        try:
+            event.full_clean()
+        except ValidationError as exc:
+            raise CommandError(
+                "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
+            ) from None
+        with transaction.atomic():
+            event.save()
+            if opts["reset"]:
+                services.event_wipe(event_id)
+            try:
+                left = services.event_publish(event)
+            except services.SeatsBelowSold as exc:
+                raise CommandError(str(exc)) from None
+        verb = "Created" if existing is None else "Updated"
+        self.stdout.write(
+            f"{verb} event {event_id}: {event.total_seats} seats ({left} left), "
+            f"{event.admit_per_second}/s, window {event.active_window_seconds}s, "
+            f"max active {event.max_active_users or 'no cap'}, status {event.status}."
+        )

@@ -1,0 +1,138 @@
+import pytest
+from django.core.management import CommandError, call_command
+
+from queue_app.models import Event
+from ticketing import redis as r
+
+
+@pytest.fixture
+def event_id(db):
+    from queue_app import services
+
+    event_id = "cmd-test-event"
+    yield event_id
+    services.event_wipe(event_id)
+    r.client().srem(r.EVENTS_KEY, event_id)
+
+
+def _meta(rc, event_id):
+    return {k.decode(): v.decode() for k, v in rc.hgetall(r.EventKeys(event_id).meta).items()}
+
+
+def test_init_event_creates_the_event_and_its_redis_state(event_id, rc, capsys):
+    call_command(
+        "init_event",
+        event_id,
+        "--seats",
+        "30",
+        "--batch",
+        "5",
+        "--ttl",
+        "60",
+        "--max-active",
+        "12",
+        "--name",
+        "Chuseok KTX",
+    )
+    event = Event.objects.get(event_id=event_id)
+    assert (
+        event.total_seats,
+        event.admit_per_second,
+        event.active_window_seconds,
+        event.max_active_users,
+        event.name,
+        event.status,
+    ) == (30, 5, 60, 12, "Chuseok KTX", "OPEN")
+    meta = _meta(rc, event_id)
+    assert meta["status"] == "OPEN"
+    assert (meta["totalSeats"], meta["admitPerSecond"], meta["windowSeconds"], meta["maxActive"]) == (
+        "30",
+        "5",
+        "60",
+        "12",
+    )
+    assert int(meta["openedAt"]) > 0
+    assert rc.get(r.EventKeys(event_id).seats) == b"30"
+    assert rc.sismember(r.EVENTS_KEY, event_id)
+    assert "Created event" in capsys.readouterr().out
+
+
+def test_init_event_never_overwrites_seats_left(event_id, rc):
+    call_command("init_event", event_id, "--seats", "100")
+    rc.decrby(r.EventKeys(event_id).seats, 7)  # seven seats sold
+    call_command("init_event", event_id, "--seats", "100", "--batch", "9")
+    assert rc.get(r.EventKeys(event_id).seats) == b"93"
+    assert _meta(rc, event_id)["admitPerSecond"] == "9"
+    # A new total moves seats left by the difference: the sold ones stay sold.
+    call_command("init_event", event_id, "--seats", "110")
+    assert rc.get(r.EventKeys(event_id).seats) == b"103"
+
+
+def test_init_event_refuses_a_total_below_what_is_sold(event_id, rc):
+    call_command("init_event", event_id, "--seats", "10")
+    rc.decrby(r.EventKeys(event_id).seats, 8)
+    with pytest.raises(CommandError, match="fewer than already sold"):
+        call_command("init_event", event_id, "--seats", "5")
+    assert rc.get(r.EventKeys(event_id).seats) == b"2"
+
+
+def test_init_event_reset_starts_the_event_over(event_id, rc, api):
+    call_command("init_event", event_id, "--seats", "50")
+    api.token(event_id)
+    rc.decrby(r.EventKeys(event_id).seats, 5)
+    call_command("init_event", event_id, "--reset")
+    assert rc.get(r.EventKeys(event_id).seats) == b"50"
+    assert api.poll(api.token(event_id), event_id)[1]["data"]["totalWaiting"] == 1
+
+
+def test_init_event_batch_zero_is_valid(event_id, rc):
+    call_command("init_event", event_id, "--batch", "0")
+    assert Event.objects.get(event_id=event_id).admit_per_second == 0
+    assert _meta(rc, event_id)["admitPerSecond"] == "0"
+
+
+def test_init_event_uses_the_configured_defaults(event_id, settings):
+    settings.TOTAL_SEATS = 77
+    settings.ENTRY_BATCH_SIZE = 33
+    call_command("init_event", event_id)
+    event = Event.objects.get(event_id=event_id)
+    assert (event.total_seats, event.admit_per_second) == (77, 33)
+
+
+def test_init_event_if_missing_leaves_an_existing_event(event_id):
+    call_command("init_event", event_id, "--seats", "10")
+    call_command("init_event", event_id, "--seats", "20", "--if-missing")
+    assert Event.objects.get(event_id=event_id).total_seats == 10
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--seats", "-1"], ["--ttl", "0"], ["--batch", "-5"], ["--max-per-booking", "0"]],
+)
+def test_init_event_refuses_bad_values(event_id, args):
+    with pytest.raises(CommandError):
+        call_command("init_event", event_id, *args)
+    assert not Event.objects.filter(event_id=event_id).exists()
+
+
+def test_init_event_refuses_a_bad_id(db):
+    with pytest.raises(CommandError, match="event_id"):
+        call_command("init_event", "{bad}:id")
+
+
+def test_event_status_pause_and_close(event_id, rc, api):
+    call_command("init_event", event_id)
+    call_command("event_status", event_id, "PAUSED")
+    assert _meta(rc, event_id)["status"] == "PAUSED"
+    token = api.token(event_id)  # PAUSED still accepts joins
+    call_command("event_status", event_id, "CLOSED")
+    assert Event.objects.get(event_id=event_id).status == "CLOSED"
+    assert api.join(event_id)[1]["error"]["code"] == "EVENT_CLOSED"
+    assert api.poll(token, event_id)[1]["data"]["status"] == "EXPIRED"
+    call_command("event_status", event_id, "OPEN")
+    assert api.poll(token, event_id)[1]["data"]["status"] == "WAITING"
+
+
+def test_event_status_unknown_event(db):
+    with pytest.raises(CommandError, match="No event"):
+        call_command("event_status", "nope", "OPEN")

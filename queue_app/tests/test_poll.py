@@ -1,0 +1,142 @@
+import statistics
+import threading
+import uuid
+
+import pytest
+import redis as redis_lib
+
+from queue_app import services
+from ticketing import redis as r
+
+POLL_FIELDS = {
+    "status",
+    "rank",
+    "totalWaiting",
+    "ahead",
+    "behind",
+    "remainingSeats",
+    "nextPollMs",
+    "activeExpiresAt",
+}
+
+
+def test_poll_while_waiting(api, make_event):
+    event = make_event(total_seats=87)
+    tokens = [api.token(event.event_id) for _ in range(4)]
+    status, body = api.poll(tokens[1], event.event_id)
+    assert status == 200
+    data = body["data"]
+    assert POLL_FIELDS <= data.keys()
+    assert data["status"] == "WAITING"
+    assert (data["rank"], data["ahead"], data["behind"], data["totalWaiting"]) == (2, 1, 2, 4)
+    assert data["remainingSeats"] == 87
+    assert data["activeExpiresAt"] is None
+    assert 800 <= data["nextPollMs"] <= 1200
+    assert data["soldOut"] is False
+
+
+def test_poll_unknown_token_is_not_found(api, event):
+    api.token(event.event_id)
+    data = api.poll(str(uuid.uuid4()), event.event_id)[1]["data"]
+    assert data["status"] == "NOT_FOUND"
+    assert (data["rank"], data["ahead"], data["behind"], data["activeExpiresAt"]) == (None,) * 4
+    assert data["nextPollMs"] == 0
+    assert data["totalWaiting"] == 1
+
+
+def test_poll_booked_token_shows_its_reservation(api, event, rc):
+    token = api.token(event.event_id)
+    rc.set(r.EventKeys(event.event_id).booked(token), "res-42")
+    data = api.poll(token, event.event_id)[1]["data"]
+    assert data["status"] == "BOOKED"
+    assert data["reservationId"] == "res-42"
+    assert data["nextPollMs"] == 0
+    assert data["rank"] is None
+
+
+def test_poll_closed_event_answers_expired(api, event):
+    token = api.token(event.event_id)
+    event.status = "CLOSED"
+    services.event_publish(event)
+    data = api.poll(token, event.event_id)[1]["data"]
+    assert data["status"] == "EXPIRED"
+    assert data["nextPollMs"] == 0
+    assert data["eventStatus"] == "CLOSED"
+
+
+def test_poll_unknown_event_is_404(api, db):
+    status, body = api.poll(str(uuid.uuid4()), "no-such-event")
+    assert status == 404
+    assert body["error"]["code"] == "EVENT_NOT_FOUND"
+
+
+def test_poll_needs_a_valid_token(api, event):
+    assert (
+        api.call("get", f"/api/status/poll?eventId={event.event_id}")[1]["error"]["code"] == "MISSING_TOKEN"
+    )
+    assert api.poll("not-a-uuid", event.event_id)[1]["error"]["code"] == "VALIDATION_ERROR"
+
+
+@pytest.mark.parametrize(
+    ("status", "rank", "base"),
+    [
+        ("WAITING", 100_001, 10_000),
+        ("WAITING", 100_000, 5_000),
+        ("WAITING", 10_001, 5_000),
+        ("WAITING", 10_000, 3_000),
+        ("WAITING", 1_001, 3_000),
+        ("WAITING", 1_000, 2_000),
+        ("WAITING", 101, 2_000),
+        ("WAITING", 100, 1_000),
+        ("WAITING", 1, 1_000),
+        ("ACTIVE", None, 2_000),
+        ("EXPIRED", None, 0),
+        ("NOT_FOUND", None, 0),
+        ("BOOKED", None, 0),
+    ],
+)
+def test_next_poll_follows_the_seed_table_with_jitter(status, rank, base):
+    samples = [services.next_poll_ms(status, rank) for _ in range(400)]
+    assert all(base * 0.8 <= s <= base * 1.2 for s in samples)
+    if base:
+        assert len(set(samples)) > 50  # really jittered, not a constant
+        assert abs(statistics.median(samples) - base) < base * 0.05
+
+
+def _commands_received(redis_url: str, action) -> list[dict]:
+    """What the Redis server receives while `action` runs, seen through MONITOR."""
+    seen: list[dict] = []
+    marker = f"end-{uuid.uuid4()}"
+    ready = threading.Event()
+
+    def watch() -> None:
+        with redis_lib.Redis.from_url(redis_url).monitor() as m:
+            ready.set()
+            for cmd in m.listen():
+                if marker in cmd["command"]:
+                    return
+                seen.append(cmd)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    ready.wait(5)
+    closer = redis_lib.Redis.from_url(redis_url)
+    closer.ping()  # connected before the action, so its hand-shake is not counted
+    seen.clear()
+    action()
+    closer.echo(marker)
+    watcher.join(10)
+    return [c for c in seen if c.get("client_type") != "lua" and "PING" != c["command"]]
+
+
+def test_poll_is_one_redis_round_trip_and_no_sql(api, event, redis_url, django_assert_num_queries):
+    token = api.token(event.event_id)
+    api.poll(token, event.event_id)  # warm: connection set-up and script load happen once
+
+    def poll() -> None:
+        with django_assert_num_queries(0):
+            status, _ = api.poll(token, event.event_id)
+            assert status == 200
+
+    commands = _commands_received(redis_url, poll)
+    assert [c["command"].split()[0].upper() for c in commands] == ["EVALSHA"], commands

@@ -1,0 +1,70 @@
+import ipaddress
+import uuid
+
+import pytest
+
+
+@pytest.fixture
+def limits(settings):
+    settings.RATE_LIMIT_JOIN = 10
+    settings.RATE_LIMIT_LEAVE = 5
+    return settings
+
+
+def _ip() -> str:
+    # Each test its own address: the counters are shared by every app server.
+    return f"10.{uuid.uuid4().int % 250}.{uuid.uuid4().int % 250}.{uuid.uuid4().int % 250}"
+
+
+def test_join_allows_ten_per_second_then_429(api, event, limits, snapshot):
+    ip = _ip()
+    for _ in range(10):
+        assert api.join(event.event_id, REMOTE_ADDR=ip)[0] == 200
+    before = snapshot(event.event_id)
+    status, body = api.join(event.event_id, REMOTE_ADDR=ip)
+    assert status == 429
+    assert body["error"]["code"] == "RATE_LIMIT"
+    assert api.last["Retry-After"] == "1"
+    assert snapshot(event.event_id) == before  # the refused join queued nobody
+    assert api.join(event.event_id, REMOTE_ADDR=_ip())[0] == 200  # others are unaffected
+
+
+def test_rejoin_shares_the_join_limit(api, event, limits):
+    ip = _ip()
+    token = api.token(event.event_id)
+    for _ in range(10):
+        assert api.rejoin(token, event.event_id, REMOTE_ADDR=ip)[0] == 200
+    assert api.rejoin(token, event.event_id, REMOTE_ADDR=ip)[0] == 429
+
+
+def test_leave_allows_five_per_second(api, event, limits):
+    ip = _ip()
+    for _ in range(5):
+        assert api.leave(str(uuid.uuid4()), event.event_id, REMOTE_ADDR=ip)[0] == 200
+    assert api.leave(str(uuid.uuid4()), event.event_id, REMOTE_ADDR=ip)[0] == 429
+
+
+def test_the_limit_is_configurable(api, event, limits):
+    limits.RATE_LIMIT_JOIN = 2
+    ip = _ip()
+    assert [api.join(event.event_id, REMOTE_ADDR=ip)[0] for _ in range(3)] == [200, 200, 429]
+
+
+def test_forwarded_for_is_ignored_from_an_untrusted_peer(api, event, limits):
+    peer = _ip()
+    for i in range(10):
+        api.join(event.event_id, REMOTE_ADDR=peer, HTTP_X_FORWARDED_FOR=f"192.0.2.{i}")
+    # A client cannot dodge the limit by inventing forwarded addresses.
+    assert api.join(event.event_id, REMOTE_ADDR=peer, HTTP_X_FORWARDED_FOR="192.0.2.99")[0] == 429
+
+
+def test_forwarded_for_is_believed_from_a_trusted_proxy(api, event, limits):
+    limits.TRUSTED_PROXIES = (ipaddress.ip_network("10.0.0.0/8"),)
+    proxy = "10.9.9.9"
+    client_a, client_b = "198.51.100.1", "198.51.100.2"
+    for _ in range(10):
+        assert api.join(event.event_id, REMOTE_ADDR=proxy, HTTP_X_FORWARDED_FOR=client_a)[0] == 200
+    assert api.join(event.event_id, REMOTE_ADDR=proxy, HTTP_X_FORWARDED_FOR=client_a)[0] == 429
+    # The rightmost untrusted hop is the client; a forged leftmost entry changes nothing.
+    assert api.join(event.event_id, REMOTE_ADDR=proxy, HTTP_X_FORWARDED_FOR=f"6.6.6.6, {client_a}")[0] == 429
+    assert api.join(event.event_id, REMOTE_ADDR=proxy, HTTP_X_FORWARDED_FOR=client_b)[0] == 200

@@ -1,0 +1,98 @@
+"""Errors as values with a code, and the one place that renders the JSON envelope.
+
+Clients and tests branch on `error.code`, never on the message, so every refusal
+has a stable code: `{"success": false, "error": {"code": ..., "message": ...}}`.
+"""
+
+import logging
+
+import redis
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.http import HttpRequest, JsonResponse
+from rest_framework import exceptions as drf
+from rest_framework.response import Response
+
+log = logging.getLogger(__name__)
+
+
+class ApiError(Exception):
+    """A refusal the client should see: HTTP status, stable code, human message."""
+
+    def __init__(
+        self, status: int, code: str, message: str, *, headers: dict | None = None, **extra: object
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers  # e.g. Retry-After of RATE_LIMIT
+        self.extra = extra  # e.g. the existing reservationId of ALREADY_BOOKED
+
+    def body(self) -> dict:
+        return {"success": False, "error": {"code": self.code, "message": self.message, **self.extra}}
+
+
+def validation_error(message: str) -> ApiError:
+    return ApiError(400, "VALIDATION_ERROR", message)
+
+
+def envelope(data: dict) -> dict:
+    return {"success": True, "data": data}
+
+
+def _from_exception(exc: Exception) -> ApiError | None:
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, RequestDataTooBig):
+        return ApiError(413, "PAYLOAD_TOO_LARGE", "The request body is too large.")
+    if isinstance(exc, drf.ParseError):
+        return validation_error(f"The body is not valid JSON: {exc.detail}")
+    if isinstance(exc, drf.UnsupportedMediaType):
+        return ApiError(415, "UNSUPPORTED_MEDIA_TYPE", "Send the body as application/json.")
+    if isinstance(exc, drf.MethodNotAllowed):
+        return ApiError(405, "METHOD_NOT_ALLOWED", str(exc.detail))
+    if isinstance(exc, drf.NotAcceptable):
+        return ApiError(406, "NOT_ACCEPTABLE", "This endpoint answers application/json.")
+    if isinstance(exc, drf.NotFound):
+        return ApiError(404, "NOT_FOUND", "No such resource.")
+    if isinstance(exc, drf.ValidationError):
+        return validation_error(str(exc.detail))
+    if isinstance(exc, drf.Throttled):
+        return ApiError(429, "RATE_LIMIT", "Too many requests.")
+    if isinstance(exc, drf.APIException):
+        return ApiError(exc.status_code, exc.default_code.upper(), str(exc.detail))
+    if isinstance(exc, SuspiciousOperation):
+        return ApiError(400, "BAD_REQUEST", "The request was refused.")
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        # Not the client's fault, and not a bug: say "try again" rather than 500.
+        log.error("Redis unavailable: %s", exc)
+        return ApiError(503, "REDIS_UNAVAILABLE", "The waiting room is briefly unavailable; try again.")
+    return None
+
+
+def drf_exception_handler(exc: Exception, context: dict) -> Response | None:
+    err = _from_exception(exc)
+    if err is None:
+        return None  # a bug: Django's handler500 renders it
+    return Response(err.body(), status=err.status, headers=err.headers)
+
+
+def _page(status: int, code: str, message: str) -> JsonResponse:
+    return JsonResponse(ApiError(status, code, message).body(), status=status)
+
+
+def handler400(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    err = _from_exception(exception) if exception else None
+    return JsonResponse(err.body(), status=err.status) if err else _page(400, "BAD_REQUEST", "Bad request.")
+
+
+def handler403(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return _page(403, "FORBIDDEN", "Forbidden.")
+
+
+def handler404(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return _page(404, "NOT_FOUND", f"No such path: {request.path}")
+
+
+def handler500(request: HttpRequest) -> JsonResponse:
+    return _page(500, "INTERNAL_ERROR", "Something went wrong on our side.")

