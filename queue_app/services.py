@@ -4,6 +4,7 @@ Each public function is one atomic script call (one Redis round trip), so two ap
 servers can never interleave a check and an act.
 """
 
+import logging
 import random
 import re
 import time
@@ -16,6 +17,7 @@ from queue_app.models import EVENT_ID_PATTERN, Event
 from ticketing import redis as r
 from ticketing.errors import ApiError, validation_error
 
+log = logging.getLogger(__name__)
 _EVENT_ID = re.compile(EVENT_ID_PATTERN)
 
 
@@ -154,8 +156,78 @@ def queue_poll(*, event_id: str, token: Token) -> dict:
         "eventId": event_id,
         "eventStatus": event_status.decode(),
         "soldOut": seats <= 0,
-        "etaSeconds": round((rank - 1) / rate) if rank is not None and rate > 0 else None,
+        "etaSeconds": (
+            round((rank - 1) / rate)
+            if rank is not None and rate > 0 and seats > 0 and event_status == b"OPEN"
+            else None
+        ),
     }
+
+
+# --- Admission -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    event_id: str
+    outcome: str  # ADMITTED, ALREADY_TICKED, NOT_OPEN, SOLD_OUT, EMPTY, FULL, EVENT_NOT_FOUND
+    admitted: int
+    waiting: int
+    active: int
+
+
+def _admit_args(event_id: str) -> tuple[list[str], list[str]]:
+    k = r.EventKeys(event_id)
+    keys = [k.meta, k.seq, k.popped, k.line, k.left, k.active, k.seats, k.tick, k.admit_log]
+    return keys, [k.bucket_prefix]
+
+
+def event_admit(event_id: str) -> Tick:
+    """One admission tick for one event (at most once per second, see lua/admit.lua)."""
+    outcome, *numbers = r.run("admit", *_admit_args(event_id))
+    return Tick(event_id, outcome.decode(), *numbers)
+
+
+def events_admit() -> list[Tick]:
+    """The tick for every known event, in one pipelined round trip.
+
+    Each event's script decides for itself: only OPEN events with seats admit.
+    """
+    event_ids = sorted(e.decode() for e in r.client().smembers(r.EVENTS_KEY))
+    if not event_ids:
+        return []
+    pipe = r.client().pipeline(transaction=False)
+    for event_id in event_ids:
+        r.run("admit", *_admit_args(event_id), on=pipe)
+    replies = pipe.execute(raise_on_error=False)
+    ticks = []
+    for event_id, reply in zip(event_ids, replies, strict=True):
+        if isinstance(reply, Exception):
+            log.error("admission tick failed for %s: %s", event_id, reply)
+            continue
+        outcome, *numbers = reply
+        if outcome == b"EVENT_NOT_FOUND":  # wiped from Redis: stop ticking it
+            r.client().srem(r.EVENTS_KEY, event_id)
+            continue
+        ticks.append(Tick(event_id, outcome.decode(), *numbers))
+    return ticks
+
+
+def queue_join_many(*, event_id: str, count: int, chunk: int = 10_000) -> None:
+    """Put `count` fresh tokens in line through the join script, pipelined: the way
+    load tests and drills fill a line with millions without HTTP."""
+    k = r.EventKeys(event_id)
+    client = r.client()
+    sha = client.script_load(r.script("join").script)
+    while count > 0:
+        pipe = client.pipeline(transaction=False)
+        for _ in range(min(chunk, count)):
+            token = uuid.uuid4()
+            raw = token.bytes
+            pipe.execute_command(
+                "EVALSHA", sha, 6, k.meta, k.seq, k.line, k.bucket(raw), k.active, k.booked(str(token)), raw
+            )
+        count -= len(pipe.execute())
 
 
 # --- Operator side -------------------------------------------------------------

@@ -48,6 +48,8 @@ class EventKeys:
         "seats",
         "outbox",
         "tick",
+        "admit_log",
+        "bucket_prefix",
     )
 
     def __init__(self, event_id: str) -> None:
@@ -65,10 +67,12 @@ class EventKeys:
         self.seats = key(event_id, "seats", "remaining")
         self.outbox = key(event_id, "booking", "outbox")
         self.tick = key(event_id, "admit", "tick")
+        self.admit_log = key(event_id, "admit", "log")
+        self.bucket_prefix = key(event_id, "tokens", "")
 
     def bucket(self, token: bytes) -> str:
         """The token-index hash that holds this token's state."""
-        return key(self.event_id, "tokens", token[:TOKEN_BUCKET_BYTES].hex())
+        return self.bucket_prefix + token[:TOKEN_BUCKET_BYTES].hex()
 
     def booked(self, token: str) -> str:
         return key(self.event_id, "booking", "done", token)

@@ -136,6 +136,15 @@ TRUSTED_PROXIES = _networks("TRUSTED_PROXIES")
 BROKER_URL = _url("RABBITMQ_URL", REDIS_URL, ("amqp", "amqps", "pyamqp", "redis", "rediss", "memory"))
 BOOKING_QUEUE = env.str("BOOKING_QUEUE", default="booking.completed")
 
+CELERY_BROKER_URL = BROKER_URL
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
 # --- Database ----------------------------------------------------------------
 _database_url = env.str("DATABASE_URL", default="").strip() or f"sqlite:///{VAR_DIR / 'db.sqlite3'}"
 _database = env.db_url_config(_database_url)

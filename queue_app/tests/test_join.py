@@ -73,4 +73,5 @@ def test_a_place_costs_compact_memory(api, event, rc):
     k = r.EventKeys(event.event_id)
     assert rc.lrange(k.line, 0, -1) == [uuid.UUID(token).bytes]
     assert rc.hget(k.bucket(uuid.UUID(token).bytes), uuid.UUID(token).bytes) == b"1"
-    assert rc.object("encoding", k.bucket(uuid.UUID(token).bytes)) == b"listpack"
+    # The compact encoding: listpack on Redis 7, ziplist on 6.2.
+    assert rc.object("encoding", k.bucket(uuid.UUID(token).bytes)) in {b"listpack", b"ziplist"}

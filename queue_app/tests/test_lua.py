@@ -48,7 +48,7 @@ def redis62(tmp_path_factory):
 
 
 # Each script, exercised by the scenario below; a new script must join it.
-SCENARIO_SCRIPTS = {"join", "poll", "leave", "ratelimit", "event_sync"}
+SCENARIO_SCRIPTS = {"join", "poll", "leave", "ratelimit", "event_sync", "admit"}
 
 
 @pytest.mark.parametrize("server", ["configured", "redis-6.2"])
@@ -63,6 +63,9 @@ def test_every_script_runs_on_each_redis_version(request, make_event, api, serve
         assert api.leave(b, event.event_id)[1]["data"]["removed"] is True  # leave
         polled = api.poll(c, event.event_id)[1]["data"]  # poll
         assert (polled["rank"], polled["totalWaiting"], polled["remainingSeats"]) == (2, 2, 10)
+        tick = services.event_admit(event.event_id)  # admit
+        assert (tick.outcome, tick.admitted, tick.waiting) == ("ADMITTED", 2, 0)
+        assert api.poll(c, event.event_id)[1]["data"]["status"] == "ACTIVE"
         event.total_seats = 12
         assert services.event_publish(event) == 12
         services.event_wipe(event.event_id)

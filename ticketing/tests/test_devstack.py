@@ -69,7 +69,7 @@ def test_serve_runs_the_seed_curl_flow_and_stops_everything(tmp_path):
             try:
                 if requests.get(f"{base}/health", timeout=1).json()["status"] == "ok":
                     break
-            except requests.ConnectionError:
+            except requests.RequestException:  # not listening yet, or workers still booting
                 pass
             assert time.monotonic() < deadline, "the service did not come up"
             time.sleep(0.2)
@@ -83,6 +83,15 @@ def test_serve_runs_the_seed_curl_flow_and_stops_everything(tmp_path):
         assert rejoined["data"]["rejoined"] is True
         left = requests.delete(f"{base}/api/queue/leave?token={token}", timeout=5).json()
         assert left["data"]["removed"] is True
+        # Worker and beat run too: a new arrival is admitted within seconds.
+        token = requests.post(f"{base}/api/queue/join", json={}, timeout=5).json()["data"]["token"]
+        deadline = time.monotonic() + 60
+        while (
+            requests.get(f"{base}/api/status/poll?token={token}", timeout=5).json()["data"]["status"]
+            != "ACTIVE"
+        ):
+            assert time.monotonic() < deadline, "nobody was admitted"
+            time.sleep(0.5)
     finally:
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(30)

@@ -1,0 +1,84 @@
+"""The admission tick at N waiting: how long one tick takes.
+
+    .venv/bin/python bench/tick.py [--waiting 2000000] [--samples 200]
+
+Fills a fresh event's line through the join script (pipelined, not HTTP), then
+times the admit script: the round trip seen by the worker and the time Redis spent
+in it (INFO commandstats). A PING round trip in the same run is the baseline.
+The once-per-second guard is cleared before each sample (not timed) so that a
+sample needs no wait for the next second.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ticketing.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from queue_app import services  # noqa: E402
+from queue_app.models import Event  # noqa: E402
+from ticketing import redis as r  # noqa: E402
+
+
+def evalsha_usec(client) -> tuple[int, int]:
+    stats = client.info("commandstats").get("cmdstat_evalsha", {"calls": 0, "usec": 0})
+    return stats["calls"], stats["usec"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--waiting", type=int, default=2_000_000)
+    parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--batch", type=int, default=70)
+    args = parser.parse_args()
+
+    event_id = f"bench-tick-{uuid.uuid4().hex[:8]}"
+    event = Event(event_id=event_id, total_seats=100, admit_per_second=args.batch)
+    client = r.client()
+    services.event_publish(event)
+    try:
+        started = time.perf_counter()
+        services.queue_join_many(event_id=event_id, count=args.waiting)
+        fill = time.perf_counter() - started
+        k = r.EventKeys(event_id)
+        tick_ms, ping_ms = [], []
+        calls0, usec0 = evalsha_usec(client)
+        for _ in range(args.samples):
+            client.delete(k.tick)
+            t0 = time.perf_counter()
+            tick = services.event_admit(event_id)
+            tick_ms.append((time.perf_counter() - t0) * 1000)
+            assert tick.admitted == args.batch, tick
+            t0 = time.perf_counter()
+            client.ping()
+            ping_ms.append((time.perf_counter() - t0) * 1000)
+        calls1, usec1 = evalsha_usec(client)
+        server_ms = (usec1 - usec0) / max(1, calls1 - calls0) / 1000
+        p = statistics.quantiles(tick_ms, n=100)
+        print(
+            f"waiting:            {args.waiting:,} (filled in {fill:.1f} s, "
+            f"{args.waiting / fill:,.0f} joins/s through the join script)"
+        )
+        print(
+            f"tick, round trip:   median {statistics.median(tick_ms):.3f} ms, p99 {p[98]:.3f} ms "
+            f"({args.samples} ticks of {args.batch})"
+        )
+        print(f"tick, inside Redis: mean {server_ms:.3f} ms")
+        print(f"PING round trip:    median {statistics.median(ping_ms):.3f} ms (baseline)")
+        print(f"ratio tick/PING:    {statistics.median(tick_ms) / statistics.median(ping_ms):.1f}x")
+    finally:
+        services.event_wipe(event_id)
+        client.srem(r.EVENTS_KEY, event_id)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,212 @@
+"""Admission: the per-second tick (lua/admit.lua) through the service and the API."""
+
+import threading
+import time
+
+import pytest
+from django.core.management import call_command
+
+from queue_app import services
+from ticketing import redis as r
+
+
+def admit(event_id: str) -> services.Tick:
+    """One tick in a fresh second: the script runs at most once per Redis second."""
+    tick = services.event_admit(event_id)
+    if tick.outcome == "ALREADY_TICKED":
+        seconds, micros = r.client().time()
+        time.sleep(1 - micros / 1e6 + 0.005)
+        tick = services.event_admit(event_id)
+    assert tick.outcome != "ALREADY_TICKED"
+    return tick
+
+
+def statuses(api, tokens, event_id) -> list[str]:
+    return [api.poll(t, event_id)[1]["data"]["status"] for t in tokens]
+
+
+def test_admission_order_equals_arrival_order(api, make_event):
+    event = make_event(admit_per_second=3)
+    tokens = [api.token(event.event_id) for _ in range(10)]
+    tick = admit(event.event_id)
+    assert (tick.outcome, tick.admitted, tick.waiting, tick.active) == ("ADMITTED", 3, 7, 3)
+    assert statuses(api, tokens, event.event_id) == ["ACTIVE"] * 3 + ["WAITING"] * 7
+    assert [api.poll(t, event.event_id)[1]["data"]["rank"] for t in tokens[3:]] == list(range(1, 8))
+    admit(event.event_id)
+    assert statuses(api, tokens, event.event_id) == ["ACTIVE"] * 6 + ["WAITING"] * 4
+
+
+def test_people_who_left_are_skipped_and_the_order_holds(api, make_event):
+    event = make_event(admit_per_second=3)
+    tokens = [api.token(event.event_id) for _ in range(8)]
+    for gone in (tokens[0], tokens[2], tokens[3]):
+        api.leave(gone, event.event_id)
+    api.rejoin(tokens[2], event.event_id)  # back of the line, behind tokens[7]
+    expected_order = [tokens[1], tokens[4], tokens[5], tokens[6], tokens[7], tokens[2]]
+    assert api.poll(tokens[2], event.event_id)[1]["data"]["rank"] == 6
+    tick = admit(event.event_id)
+    assert (tick.admitted, tick.waiting) == (3, 3)
+    assert statuses(api, expected_order, event.event_id) == ["ACTIVE"] * 3 + ["WAITING"] * 3
+    assert [api.poll(t, event.event_id)[1]["data"]["rank"] for t in expected_order[3:]] == [1, 2, 3]
+    admit(event.event_id)
+    assert statuses(api, expected_order, event.event_id) == ["ACTIVE"] * 6
+    assert statuses(api, [tokens[0], tokens[3]], event.event_id) == ["NOT_FOUND"] * 2
+    assert r.client().zcard(r.EventKeys(event.event_id).left) == 0  # holes are cleaned up
+
+
+def test_active_poll_shows_the_window_end(api, make_event, rc):
+    event = make_event(active_window_seconds=120)
+    token = api.token(event.event_id)
+    admit(event.event_id)
+    data = api.poll(token, event.event_id)[1]["data"]
+    now_ms = int(rc.time()[0]) * 1000
+    assert data["status"] == "ACTIVE"
+    assert now_ms + 118_000 <= data["activeExpiresAt"] <= now_ms + 121_000
+    assert (data["rank"], data["ahead"], data["behind"]) == (None, None, None)
+    assert 1600 <= data["nextPollMs"] <= 2400
+    rejoined = api.rejoin(token, event.event_id)[1]["data"]
+    assert (rejoined["rejoined"], rejoined["status"]) == (True, "ACTIVE")
+
+
+def test_the_window_passes_and_the_token_polls_expired(api, make_event):
+    event = make_event(active_window_seconds=1)
+    token = api.token(event.event_id)
+    admit(event.event_id)
+    assert api.poll(token, event.event_id)[1]["data"]["status"] == "ACTIVE"
+    time.sleep(1.1)
+    data = api.poll(token, event.event_id)[1]["data"]
+    assert (data["status"], data["nextPollMs"], data["activeExpiresAt"]) == ("EXPIRED", 0, None)
+    admit(event.event_id)  # the tick removes it from the active set...
+    assert api.poll(token, event.event_id)[1]["data"]["status"] == "EXPIRED"  # ...not forgotten
+    rejoined = api.rejoin(token, event.event_id)[1]["data"]
+    assert (rejoined["rejoined"], rejoined["status"]) == (False, "WAITING")
+    assert api.poll(token, event.event_id)[1]["data"]["rank"] == 1
+
+
+@pytest.mark.parametrize("status", ["PAUSED", "CLOSED"])
+def test_paused_and_closed_events_admit_nobody(api, make_event, status):
+    event = make_event()
+    tokens = [api.token(event.event_id) for _ in range(3)]
+    event.status = status
+    services.event_publish(event)
+    tick = admit(event.event_id)
+    assert (tick.outcome, tick.admitted) == ("NOT_OPEN", 0)
+    event.status = "OPEN"
+    services.event_publish(event)
+    assert statuses(api, tokens, event.event_id) == ["WAITING"] * 3
+    assert admit(event.event_id).admitted == 3
+
+
+def test_sold_out_admits_nobody_until_seats_come_back(api, make_event, rc):
+    event = make_event(total_seats=2, admit_per_second=5)
+    tokens = [api.token(event.event_id) for _ in range(3)]
+    rc.set(r.EventKeys(event.event_id).seats, 0)
+    tick = admit(event.event_id)
+    assert (tick.outcome, tick.admitted) == ("SOLD_OUT", 0)
+    data = api.poll(tokens[0], event.event_id)[1]["data"]
+    assert (data["status"], data["soldOut"], data["remainingSeats"], data["etaSeconds"]) == (
+        "WAITING",
+        True,
+        0,
+        None,
+    )
+    rc.set(r.EventKeys(event.event_id).seats, 1)  # a cancellation
+    assert admit(event.event_id).admitted == 3
+    assert api.poll(tokens[0], event.event_id)[1]["data"]["soldOut"] is False
+
+
+def test_never_more_active_than_the_cap(api, make_event):
+    event = make_event(admit_per_second=3, max_active_users=5, active_window_seconds=2)
+    tokens = [api.token(event.event_id) for _ in range(9)]
+    assert admit(event.event_id).admitted == 3
+    tick = admit(event.event_id)
+    assert (tick.admitted, tick.active) == (2, 5)
+    tick = admit(event.event_id)
+    assert (tick.outcome, tick.admitted, tick.active) == ("FULL", 0, 5)
+    time.sleep(2.1)  # the first windows end, making room
+    tick = admit(event.event_id)
+    assert tick.admitted == 3
+    assert statuses(api, tokens, event.event_id)[5:8] == ["ACTIVE"] * 3
+
+
+def test_batch_zero_admits_nobody(api, make_event):
+    event = make_event(admit_per_second=0)
+    token = api.token(event.event_id)
+    assert admit(event.event_id).admitted == 0
+    assert statuses(api, [token], event.event_id) == ["WAITING"]
+
+
+def test_two_tickers_in_the_same_second_admit_once(api, make_event):
+    event = make_event(admit_per_second=4)
+    for _ in range(40):
+        api.token(event.event_id)
+    # Start right after a second turns, so all threads land in the same second.
+    seconds, micros = r.client().time()
+    time.sleep(1 - micros / 1e6 + 0.01)
+    barrier = threading.Barrier(8)
+    ticks: list[services.Tick] = []
+
+    def tick() -> None:
+        barrier.wait()
+        ticks.append(services.event_admit(event.event_id))
+
+    threads = [threading.Thread(target=tick) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(t.outcome for t in ticks) == ["ADMITTED"] + ["ALREADY_TICKED"] * 7
+    assert sum(t.admitted for t in ticks) == 4
+
+
+def test_settings_changes_take_effect_on_the_next_tick(api, make_event):
+    event = make_event(admit_per_second=2)
+    for _ in range(20):
+        api.token(event.event_id)
+    assert admit(event.event_id).admitted == 2
+    call_command("init_event", event.event_id, "--batch", "5", "--max-active", "9")
+    assert admit(event.event_id).admitted == 5
+    assert admit(event.event_id).admitted == 2  # capped at 9 active
+
+
+def test_eta_follows_the_observed_rate(api, make_event):
+    event = make_event(admit_per_second=10)
+    tokens = [api.token(event.event_id) for _ in range(100)]
+    assert api.poll(tokens[-1], event.event_id)[1]["data"]["etaSeconds"] is None  # no rate yet
+    admit(event.event_id)
+    data = api.poll(tokens[-1], event.event_id)[1]["data"]
+    assert data["ahead"] == 89
+    assert data["etaSeconds"] == 9  # 89 ahead / 10 per second
+
+
+def test_admit_command_prints_how_many(api, make_event, capsys):
+    event = make_event(admit_per_second=2)
+    for _ in range(3):
+        api.token(event.event_id)
+    seconds, micros = r.client().time()
+    time.sleep(1 - micros / 1e6 + 0.005)
+    call_command("admit", event.event_id)
+    assert capsys.readouterr().out.startswith("Admitted 2; 1 waiting, 2 active.")
+    call_command("admit", event.event_id)
+    assert "already ran" in capsys.readouterr().out
+
+
+def test_the_tick_covers_every_event(api, make_event):
+    events = [make_event(admit_per_second=1) for _ in range(3)]
+    for event in events:
+        api.token(event.event_id)
+    seconds, micros = r.client().time()
+    time.sleep(1 - micros / 1e6 + 0.005)
+    ticks = {t.event_id: t for t in services.events_admit()}
+    assert all(ticks[e.event_id].admitted == 1 for e in events)
+
+
+def test_two_million_waiting_still_admit_exactly_the_batch(make_event, rc):
+    event = make_event(admit_per_second=70)
+    services.queue_join_many(event_id=event.event_id, count=2_000_000)
+    k = r.EventKeys(event.event_id)
+    assert rc.llen(k.line) == 2_000_000
+    for expected_waiting in (2_000_000 - 70, 2_000_000 - 140):
+        tick = admit(event.event_id)
+        assert (tick.admitted, tick.waiting) == (70, expected_waiting)
+    assert rc.zcard(k.active) == 140

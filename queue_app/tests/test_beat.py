@@ -1,0 +1,174 @@
+"""Admission with real Celery processes: worker and beat on the configured broker
+(RabbitMQ in CI, Redis by default), against the real Redis."""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from ticketing import redis as r
+
+
+class Stack:
+    """Celery worker and beat processes, started and stopped by a test."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.env = {
+            **os.environ,
+            "REDIS_URL": settings.REDIS_URL,
+            "RABBITMQ_URL": settings.BROKER_URL,
+            "DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}",
+            "PYTHONUNBUFFERED": "1",
+        }
+
+    def start(self, name: str, *args: str) -> None:
+        log = open(self.tmp / f"{name}.log", "w")  # noqa: SIM115 (closed with the process)
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "ticketing", *args, "--loglevel=INFO"],
+            cwd=settings.BASE_DIR,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def worker(self, name: str) -> None:
+        self.start(
+            name,
+            "worker",
+            "--concurrency=2",
+            "--pool=prefork",
+            "--without-gossip",
+            "--without-mingle",
+            "-n",
+            f"{name}@%h",
+        )
+
+    def beat(self, name: str) -> None:
+        self.start(name, "beat", f"--schedule={self.tmp / name}")
+
+    def stop(self, name: str) -> None:
+        proc = self.procs.pop(name)
+        proc.terminate()
+        proc.wait(30)
+
+    def log(self, name: str) -> str:
+        return (self.tmp / f"{name}.log").read_text()
+
+    def close(self) -> None:
+        for name in list(self.procs):
+            self.stop(name)
+
+
+@pytest.fixture
+def stack(tmp_path):
+    s = Stack(tmp_path)
+    yield s
+    s.close()
+
+
+def _purge_broker() -> None:
+    """Drop ticks that older runs left in the broker."""
+    from ticketing.celery import app
+
+    with app.connection_for_write() as conn:
+        app.amqp.queues["celery"].bind(conn.default_channel).declare()
+        conn.default_channel.queue_purge("celery")
+
+
+def _ticks(event_id: str) -> list[tuple[int, int]]:
+    """(second, admitted) of each tick, oldest first, from the script's own log."""
+    entries = r.client().lrange(r.EventKeys(event_id).admit_log, 0, -1)
+    return sorted(tuple(int(x) for x in e.split(b":")) for e in entries)
+
+
+def _wait_until(predicate, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def test_two_beats_and_two_workers_admit_the_batch_once_per_second(stack, make_event, api):
+    from queue_app import services
+
+    event = make_event(admit_per_second=5, active_window_seconds=600)
+    services.queue_join_many(event_id=event.event_id, count=500)
+    first = api.token(event.event_id)  # arrival 501: proves the order at the end
+    _purge_broker()
+    for name in ("worker1", "worker2"):
+        stack.worker(name)
+    for name in ("beat1", "beat2"):  # redundant beats, as for high availability
+        stack.beat(name)
+    _wait_until(lambda: len(_ticks(event.event_id)) >= 1, 60)
+    time.sleep(6)
+    ticks = _ticks(event.event_id)
+    seconds = [s for s, _ in ticks]
+    assert len(seconds) == len(set(seconds)), "a second was ticked twice"
+    assert all(admitted == 5 for _, admitted in ticks)
+    span = seconds[-1] - seconds[0] + 1
+    assert span >= 5
+    total = sum(a for _, a in ticks)
+    # Within the batch per second, one tick of slack for the edges of the window.
+    assert 5 * (span - 1) <= total <= 5 * (span + 1)
+    assert api.poll(first, event.event_id)[1]["data"]["rank"] == 501 - total
+
+
+def test_the_window_passes_under_the_real_tick(stack, make_event, api):
+    event = make_event(admit_per_second=10, active_window_seconds=2)
+    tokens = [api.token(event.event_id) for _ in range(3)]
+    _purge_broker()
+    stack.worker("worker")
+    stack.beat("beat")
+    _wait_until(lambda: api.poll(tokens[0], event.event_id)[1]["data"]["status"] == "ACTIVE", 60)
+    assert [api.poll(t, event.event_id)[1]["data"]["status"] for t in tokens] == ["ACTIVE"] * 3
+    _wait_until(lambda: api.poll(tokens[0], event.event_id)[1]["data"]["status"] == "EXPIRED", 10)
+    time.sleep(1.5)  # ticks have cleaned the active set by now
+    assert r.client().zcard(r.EventKeys(event.event_id).active) == 0
+    assert [api.poll(t, event.event_id)[1]["data"]["status"] for t in tokens] == ["EXPIRED"] * 3
+
+
+@pytest.mark.parametrize("status", ["PAUSED", "CLOSED", "SOLD_OUT"])
+def test_the_real_tick_admits_nobody_when_it_should_not(stack, make_event, api, rc, status):
+    from queue_app import services
+
+    event = make_event(total_seats=10)
+    token = api.token(event.event_id)
+    if status == "SOLD_OUT":
+        rc.set(r.EventKeys(event.event_id).seats, 0)
+    else:
+        event.status = status
+        services.event_publish(event)
+    _purge_broker()
+    stack.worker("worker")
+    stack.beat("beat")
+    _wait_until(lambda: len(_ticks(event.event_id)) >= 3, 60)
+    assert sum(a for _, a in _ticks(event.event_id)) == 0
+    assert rc.zcard(r.EventKeys(event.event_id).active) == 0
+    expected = "EXPIRED" if status == "CLOSED" else "WAITING"
+    assert api.poll(token, event.event_id)[1]["data"]["status"] == expected
+
+
+def test_ticks_that_waited_out_an_outage_are_dropped_not_replayed(stack, make_event, api):
+    event = make_event(admit_per_second=3, active_window_seconds=600)
+    for _ in range(60):
+        api.token(event.event_id)
+    _purge_broker()
+    stack.beat("beat")  # the worker is down: a tick is sent every second regardless
+    time.sleep(6)
+    started = time.monotonic()
+    stack.worker("worker")
+    _wait_until(lambda: len(_ticks(event.event_id)) >= 3, 60)
+    elapsed = time.monotonic() - started
+    # The six stale ticks expired (RabbitMQ drops them by message TTL; with Redis
+    # the worker discards them): only ticks sent while the worker ran were executed.
+    executed = stack.log("worker").count("succeeded in")
+    assert executed <= elapsed + 1, stack.log("worker")
+    ticks = _ticks(event.event_id)
+    assert len({s for s, _ in ticks}) == len(ticks)
+    assert all(admitted <= 3 for _, admitted in ticks)
