@@ -140,3 +140,75 @@ def snapshot() -> Callable[[str], dict]:
 @pytest.fixture
 def redis_url() -> str:
     return settings.REDIS_URL
+
+
+def wait_for_health(base: str, proc=None, seconds: float = 60) -> None:
+    """Until `base`/health answers (gunicorn accepts before its workers are up)."""
+    import time
+
+    import requests
+
+    deadline = time.monotonic() + seconds
+    while True:
+        if proc is not None and proc.poll() is not None:
+            pytest.fail(f"the server exited with {proc.returncode}")
+        try:
+            if requests.get(f"{base}/health", timeout=2).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        if time.monotonic() > deadline:
+            pytest.fail(f"{base} did not come up")
+        time.sleep(0.1)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def gunicorn():
+    """Start app servers as separate processes (own process group); killed afterwards."""
+    import signal
+    import subprocess
+    import sys
+
+    started: list[subprocess.Popen] = []
+
+    def start(env: dict) -> tuple[str, subprocess.Popen]:
+        port = free_port()
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "ticketing.wsgi:application",
+                "-b",
+                f"127.0.0.1:{port}",
+                "-w",
+                "1",
+                "--threads",
+                "8",
+                "--worker-class",
+                "gthread",
+            ],
+            cwd=settings.BASE_DIR,
+            env={**os.environ, "REDIS_URL": settings.REDIS_URL, **env},
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        started.append(proc)
+        base = f"http://127.0.0.1:{port}"
+        wait_for_health(base, proc)
+        return base, proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

@@ -1,6 +1,7 @@
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
+from booking_app.selectors import seats_sold
 from queue_app import services
 from queue_app.models import Event
 
@@ -26,6 +27,6 @@ class EventAdmin(admin.ModelAdmin):
     def save_model(self, request: HttpRequest, obj: Event, form, change: bool) -> None:
         super().save_model(request, obj, form, change)
         try:
-            services.event_publish(obj)
+            services.event_publish(obj, sold=seats_sold(obj.event_id))
         except services.SeatsBelowSold as exc:
             self.message_user(request, str(exc), messages.ERROR)

@@ -20,4 +20,16 @@ app.conf.beat_schedule = {
         # second line of defence).
         "options": {"expires": 1.0},
     },
+    # booking.completed messages the request could not send (broker away).
+    "publish-bookings": {
+        "task": "booking_app.tasks.publish_pending",
+        "schedule": timedelta(seconds=5),
+        "options": {"expires": 5.0},
+    },
+    # Bookings whose process died between the Redis step and the commit.
+    "reconcile-bookings": {
+        "task": "booking_app.tasks.reconcile_all",
+        "schedule": timedelta(seconds=30),
+        "options": {"expires": 30.0},
+    },
 }

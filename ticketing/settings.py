@@ -136,6 +136,10 @@ TRUSTED_PROXIES = _networks("TRUSTED_PROXIES")
 BROKER_URL = _url("RABBITMQ_URL", REDIS_URL, ("amqp", "amqps", "pyamqp", "redis", "rediss", "memory"))
 BOOKING_QUEUE = env.str("BOOKING_QUEUE", default="booking.completed")
 
+# Outbox entries older than this are written to Postgres by reconcile; a request
+# may undo its own booking only within half of it.
+BOOKING_RECONCILE_GRACE_SEC = _int("BOOKING_RECONCILE_GRACE_SEC", 60, minimum=2)
+
 CELERY_BROKER_URL = BROKER_URL
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_IGNORE_RESULT = True
@@ -157,6 +161,11 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
 else:
     DATABASES["default"]["CONN_MAX_AGE"] = _int("DB_CONN_MAX_AGE", 60)
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    # A booking's write must fail fast, well inside the window in which it may
+    # still undo its Redis step (half of BOOKING_RECONCILE_GRACE_SEC).
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {"connect_timeout": 5, "options": "-c statement_timeout=10000"}
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Django --------------------------------------------------------------------

@@ -4,6 +4,7 @@ from django.contrib import admin
 from django.http import HttpRequest, JsonResponse
 from django.urls import path
 
+from booking_app import api as booking_api
 from queue_app import api as queue_api
 
 
@@ -23,6 +24,8 @@ urlpatterns = [
     path("api/queue/rejoin", queue_api.RejoinView.as_view()),
     path("api/queue/leave", queue_api.LeaveView.as_view()),
     path("api/status/poll", queue_api.PollView.as_view()),
+    path("api/booking", booking_api.BookingView.as_view()),
+    path("api/booking/<str:reservation_id>", booking_api.CancelView.as_view()),
     path("admin/", admin.site.urls),
 ]
 

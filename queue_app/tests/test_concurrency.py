@@ -1,15 +1,9 @@
 """Real concurrent clients over real HTTP: the order of the line is exact."""
 
-import os
-import socket
-import subprocess
-import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
-from django.conf import settings
 
 
 def _join(base: str, event_id: str) -> dict:
@@ -39,47 +33,10 @@ def test_200_concurrent_joins_get_200_distinct_ranks(live_server, event):
 
 
 @pytest.fixture
-def second_server(tmp_path):
+def second_server(gunicorn, tmp_path) -> str:
     """Another app server process on the same Redis (gunicorn, as in production)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {
-        **os.environ,
-        "REDIS_URL": settings.REDIS_URL,
-        "DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}",
-        "RATE_LIMIT_JOIN": "0",
-    }
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "ticketing.wsgi:application",
-            "-b",
-            f"127.0.0.1:{port}",
-            "-w",
-            "1",
-            "--threads",
-            "8",
-            "--worker-class",
-            "gthread",
-        ],
-        cwd=settings.BASE_DIR,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(300):
-        try:
-            requests.get(f"{base}/health", timeout=1)
-            break
-        except requests.ConnectionError:
-            time.sleep(0.05)
-    yield base
-    proc.terminate()
-    proc.wait(10)
+    base, _ = gunicorn({"DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}", "RATE_LIMIT_JOIN": "0"})
+    return base
 
 
 def test_arrival_order_is_fair_across_app_servers(live_server, second_server, event):

@@ -12,6 +12,8 @@ import uuid
 import requests
 from django.conf import settings
 
+from conftest import free_port, wait_for_health
+
 BASE = settings.BASE_DIR
 
 
@@ -34,14 +36,8 @@ def test_exec_runs_a_command_with_an_embedded_redis():
     assert out.stdout.strip().splitlines()[-1].startswith("6.2.")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_serve_runs_the_seed_curl_flow_and_stops_everything(tmp_path):
-    port, redis_port = _free_port(), _free_port()
+    port, redis_port = free_port(), free_port()
     event_id = f"serve-{uuid.uuid4().hex[:8]}"
     env = _no_redis_env(
         PORT=str(port),
@@ -63,16 +59,7 @@ def test_serve_runs_the_seed_curl_flow_and_stops_everything(tmp_path):
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, proc.stdout.read()
-            try:
-                if requests.get(f"{base}/health", timeout=1).json()["status"] == "ok":
-                    break
-            except requests.RequestException:  # not listening yet, or workers still booting
-                pass
-            assert time.monotonic() < deadline, "the service did not come up"
-            time.sleep(0.2)
+        wait_for_health(base, proc, seconds=90)
         # The seed's curl examples, as printed (no eventId: the default event).
         joined = requests.post(f"{base}/api/queue/join", json={}, timeout=5).json()
         assert joined["success"] and joined["data"]["eventId"] == event_id

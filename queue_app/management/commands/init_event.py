@@ -3,6 +3,8 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
+from booking_app import services as booking
+from booking_app.selectors import seats_sold
 from queue_app import services
 from queue_app.models import Event
 
@@ -60,10 +62,13 @@ class Command(BaseCommand):
             ) from None
         with transaction.atomic():
             event.save()
-            if opts["reset"]:
-                services.event_wipe(event_id)
             try:
-                left = services.event_publish(event)
+                if opts["reset"]:
+                    # A fresh line, but sold seats stay sold: rebuilt from Postgres.
+                    services.event_wipe(event_id)
+                    left = booking.event_recover(event_id).seats_left
+                else:
+                    left = services.event_publish(event, sold=seats_sold(event_id))
             except services.SeatsBelowSold as exc:
                 raise CommandError(str(exc)) from None
         verb = "Created" if existing is None else "Updated"

@@ -10,6 +10,7 @@ import redis as redis_lib
 from django.conf import settings
 from django.test import override_settings
 
+from booking_app import services as booking
 from queue_app import services
 from ticketing import devstack
 from ticketing import redis as r
@@ -48,7 +49,18 @@ def redis62(tmp_path_factory):
 
 
 # Each script, exercised by the scenario below; a new script must join it.
-SCENARIO_SCRIPTS = {"join", "poll", "leave", "ratelimit", "event_sync", "admit"}
+SCENARIO_SCRIPTS = {
+    "join",
+    "poll",
+    "leave",
+    "ratelimit",
+    "event_sync",
+    "admit",
+    "reserve",
+    "reserve_undo",
+    "cancel",
+    "seats_restore",
+}
 
 
 @pytest.mark.parametrize("server", ["configured", "redis-6.2"])
@@ -66,6 +78,20 @@ def test_every_script_runs_on_each_redis_version(request, make_event, api, serve
         tick = services.event_admit(event.event_id)  # admit
         assert (tick.outcome, tick.admitted, tick.waiting) == ("ADMITTED", 2, 0)
         assert api.poll(c, event.event_id)[1]["data"]["status"] == "ACTIVE"
+        token = services.parse_token(c)
+        status, body = api.call(
+            "post", "/api/booking", {"token": c, "seatCount": 2, "eventId": event.event_id}
+        )
+        assert status == 200, body  # reserve
+        rid = body["data"]["reservationId"]
+        booking.booking_cancel(reservation_id=uuid.UUID(rid))  # cancel
+        assert api.poll(c, event.event_id)[1]["data"]["remainingSeats"] == 10
+        # A second booking, undone as after a failed Postgres write:
+        k = r.EventKeys(event.event_id)
+        r.client().zadd(k.active, {token.raw: 10**13})
+        reply = r.run("reserve", [k.meta, k.active, k.booked(c), k.seats, k.outbox], [token.raw, c, 1, "x"])
+        assert booking._undo(k, token, "x", 1, reply[2], reply[3])  # reserve_undo
+        assert booking.event_recover(event.event_id).consistent  # seats_restore
         event.total_seats = 12
         assert services.event_publish(event) == 12
         services.event_wipe(event.event_id)

@@ -1,0 +1,52 @@
+import uuid
+
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from booking_app import services
+from booking_app.models import Reservation
+from ticketing.errors import ApiError
+
+
+@admin.register(Reservation)
+class ReservationAdmin(admin.ModelAdmin):
+    list_display = (
+        "reservation_id",
+        "event",
+        "seat_count",
+        "status",
+        "buyer_name",
+        "buyer_email",
+        "created_at",
+        "published_at",
+    )
+    list_filter = ("status", "event")
+    search_fields = ("reservation_id", "token", "buyer_email", "buyer_name")
+    readonly_fields = [f.name for f in Reservation._meta.fields]
+    actions = ["cancel"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # reservations come from the booking flow only
+
+    def has_delete_permission(self, request: HttpRequest, obj: Reservation | None = None) -> bool:
+        return False  # cancel instead: deleting would lose the seats' history
+
+    def get_search_results(self, request, queryset, search_term):
+        # token and reservation_id are UUIDs: search them exactly, not as text.
+        try:
+            value = uuid.UUID(search_term.strip())
+        except ValueError:
+            return super().get_search_results(request, queryset, search_term)
+        return queryset.filter(reservation_id=value) | queryset.filter(token=value), False
+
+    @admin.action(description="Cancel the selected reservations (seats go back on sale)")
+    def cancel(self, request: HttpRequest, queryset: QuerySet) -> None:
+        done = 0
+        for reservation in queryset:
+            try:
+                services.booking_cancel(reservation_id=reservation.reservation_id)
+                done += 1
+            except ApiError as exc:
+                self.message_user(request, f"{reservation.reservation_id}: {exc.message}", messages.WARNING)
+        self.message_user(request, f"Cancelled {done} reservation(s).", messages.SUCCESS)

@@ -1,0 +1,56 @@
+"""Reservations: the durable record. Redis decides who gets a seat; Postgres keeps it."""
+
+import uuid
+
+from django.db import models
+
+from queue_app.models import Event
+
+
+class Reservation(models.Model):
+    class Status(models.TextChoices):
+        CONFIRMED = "CONFIRMED"
+        CANCELLED = "CANCELLED"
+
+    reservation_id = models.UUIDField(unique=True, default=uuid.uuid4, editable=False)
+    event = models.ForeignKey(
+        Event,
+        on_delete=models.PROTECT,
+        to_field="event_id",
+        db_column="event_id",
+        related_name="reservations",
+    )
+    token = models.UUIDField()
+    seat_count = models.PositiveSmallIntegerField()
+    status = models.CharField(max_length=9, choices=Status.choices, default=Status.CONFIRMED)
+    buyer_name = models.CharField(max_length=200, blank=True)
+    buyer_email = models.EmailField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    cancelled_at = models.DateTimeField(null=True, blank=True)
+    # Set once booking.completed reached the broker; unset rows are retried.
+    published_at = models.DateTimeField(null=True, blank=True)
+    # Set once a cancellation's seats are back in Redis; unset rows are retried.
+    seats_returned_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            # One booking per token: a cancelled one no longer counts, so the person
+            # may queue and book again.
+            models.UniqueConstraint(
+                fields=["event", "token"],
+                condition=models.Q(status="CONFIRMED"),
+                name="one_confirmed_reservation_per_token",
+            ),
+            models.CheckConstraint(condition=models.Q(seat_count__gte=1), name="at_least_one_seat"),
+        ]
+        indexes = [
+            models.Index(
+                fields=["published_at"],
+                condition=models.Q(published_at__isnull=True),
+                name="reservation_unpublished",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.reservation_id} ({self.seat_count} x {self.event_id})"

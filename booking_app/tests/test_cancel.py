@@ -1,0 +1,110 @@
+import uuid
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.test import override_settings
+
+from booking_app import services
+from booking_app.models import Reservation
+from booking_app.selectors import seats_sold
+from booking_app.tests.conftest import admit_all, book, seats_left
+from ticketing import redis as r
+
+
+def cancel(api, rid: str, token: str) -> tuple[int, dict]:
+    return api.call("delete", f"/api/booking/{rid}?token={token}")
+
+
+def test_cancel_returns_the_seats(api, make_event, active_tokens):
+    event = make_event(total_seats=5)
+    token = active_tokens(event, 1)[0]
+    rid = book(api, token, event.event_id, 3)[1]["data"]["reservationId"]
+    status, body = cancel(api, rid, token)
+    assert status == 200
+    assert body["data"] == {"reservationId": rid, "status": "CANCELLED", "seatCount": 3}
+    row = Reservation.objects.get(reservation_id=rid)
+    assert (row.status, row.cancelled_at is not None, row.seats_returned_at is not None) == (
+        "CANCELLED",
+        True,
+        True,
+    )
+    assert seats_left(event.event_id) == 5
+    assert seats_sold(event.event_id) == 0
+    assert api.poll(token, event.event_id)[1]["data"]["status"] == "EXPIRED"
+
+
+def test_cancel_twice_returns_the_seats_once(api, make_event, active_tokens):
+    event = make_event(total_seats=5)
+    token = active_tokens(event, 1)[0]
+    rid = book(api, token, event.event_id, 2)[1]["data"]["reservationId"]
+    assert cancel(api, rid, token)[0] == 200
+    status, body = cancel(api, rid, token)
+    assert (status, body["error"]["code"]) == (409, "ALREADY_CANCELLED")
+    assert services.booking_reconcile(event.event_id).consistent
+    assert seats_left(event.event_id) == 5
+
+
+def test_cancel_needs_the_token_that_booked(api, make_event, active_tokens, snapshot):
+    event = make_event(total_seats=5)
+    token = active_tokens(event, 1)[0]
+    rid = book(api, token, event.event_id, 2)[1]["data"]["reservationId"]
+    before = snapshot(event.event_id)
+    status, body = cancel(api, rid, str(uuid.uuid4()))
+    assert (status, body["error"]["code"]) == (404, "RESERVATION_NOT_FOUND")
+    assert cancel(api, str(uuid.uuid4()), token)[1]["error"]["code"] == "RESERVATION_NOT_FOUND"
+    assert cancel(api, "nope", token)[1]["error"]["code"] == "VALIDATION_ERROR"
+    assert api.call("delete", f"/api/booking/{rid}")[1]["error"]["code"] == "MISSING_TOKEN"
+    assert snapshot(event.event_id) == before
+    assert Reservation.objects.get(reservation_id=rid).status == "CONFIRMED"
+
+
+def test_after_cancelling_the_person_may_queue_and_book_again(api, make_event, active_tokens):
+    event = make_event(total_seats=5)
+    token = active_tokens(event, 1)[0]
+    rid = book(api, token, event.event_id, 2)[1]["data"]["reservationId"]
+    cancel(api, rid, token)
+    assert api.rejoin(token, event.event_id)[1]["data"]["status"] == "WAITING"
+    admit_all(event.event_id)
+    status, body = book(api, token, event.event_id, 4)
+    assert status == 200, body
+    assert seats_left(event.event_id) == 1
+    assert Reservation.objects.filter(token=token).count() == 2
+
+
+def test_a_cancel_during_a_redis_outage_is_finished_by_reconcile(api, make_event, active_tokens):
+    event = make_event(total_seats=5)
+    token = active_tokens(event, 1)[0]
+    rid = book(api, token, event.event_id, 2)[1]["data"]["reservationId"]
+    nowhere = {"default": {**settings.CACHES["default"], "LOCATION": "redis://127.0.0.1:1/0"}}
+    with override_settings(CACHES=nowhere):
+        services.booking_cancel(reservation_id=uuid.UUID(rid))
+    row = Reservation.objects.get(reservation_id=rid)
+    assert (row.status, row.seats_returned_at) == ("CANCELLED", None)
+    assert seats_left(event.event_id) == 3  # missing seats: undersold, never oversold
+    report = services.booking_reconcile(event.event_id)
+    assert report.consistent
+    assert seats_left(event.event_id) == 5
+    services.booking_reconcile(event.event_id)
+    assert seats_left(event.event_id) == 5  # exactly once
+
+
+def test_the_admin_cancel_action(client, make_event, active_tokens, api):
+    event = make_event(total_seats=6)
+    tokens = active_tokens(event, 2)
+    rids = [book(api, t, event.event_id, 3)[1]["data"]["reservationId"] for t in tokens]
+    admin = User.objects.create_superuser("op", "op@example.com", "pw-for-tests")
+    client.force_login(admin)
+    pks = list(Reservation.objects.filter(reservation_id__in=rids).values_list("pk", flat=True))
+    resp = client.post(
+        "/admin/booking_app/reservation/", {"action": "cancel", "_selected_action": pks}, follow=True
+    )
+    assert resp.status_code == 200
+    assert b"Cancelled 2 reservation(s)." in resp.content
+    assert set(Reservation.objects.values_list("status", flat=True)) == {"CANCELLED"}
+    assert seats_left(event.event_id) == 6
+    # Search by reservation id and by token.
+    found = client.get(f"/admin/booking_app/reservation/?q={rids[0]}")
+    assert rids[0].encode() in found.content and rids[1].encode() not in found.content
+    found = client.get(f"/admin/booking_app/reservation/?q={tokens[1]}")
+    assert rids[1].encode() in found.content and rids[0].encode() not in found.content
+    assert r.client().get(r.EventKeys(event.event_id).booked(tokens[0])) is None

@@ -1,0 +1,315 @@
+"""Never oversold, nothing confirmed lost: real Postgres, Redis, processes and RabbitMQ."""
+
+import json
+import os
+import signal
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+from django.conf import settings
+from django.core.management import call_command
+from django.db import connection
+from django.test import override_settings
+
+from booking_app import publish
+from booking_app.models import Reservation
+from booking_app.selectors import seats_sold
+from booking_app.tests.conftest import book, seats_left
+from conftest import require
+from ticketing import devstack
+from ticketing import redis as r
+from ticketing.celery import app as celery_app
+
+
+def assert_seats_add_up(event) -> None:
+    """Invariant 1, in both stores."""
+    sold = seats_sold(event.event_id)
+    redis_sold = sum(
+        Reservation.objects.get(
+            reservation_id=r.client().get(r.EventKeys(event.event_id).booked(str(t))).decode()
+        ).seat_count
+        for t in Reservation.objects.filter(event_id=event.event_id, status="CONFIRMED").values_list(
+            "token", flat=True
+        )
+    )
+    assert seats_left(event.event_id) + sold == event.total_seats
+    assert seats_left(event.event_id) + redis_sold == event.total_seats
+
+
+def _post(base: str, payload: dict) -> tuple[int, dict]:
+    resp = requests.post(f"{base}/api/booking", json=payload, timeout=60)
+    return resp.status_code, resp.json()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_1000_concurrent_bookings_on_100_seats_sell_exactly_100(
+    postgres, live_server, make_event, active_tokens
+):
+    event = make_event(total_seats=100, max_seats_per_booking=4)
+    tokens = active_tokens(event, 1000)
+    payloads = [{"token": t, "seatCount": 1 + i % 3, "eventId": event.event_id} for i, t in enumerate(tokens)]
+    # 40 clients at once: more would exceed Postgres' connection limit (one per server thread).
+    with ThreadPoolExecutor(max_workers=40) as pool:
+        results = list(pool.map(lambda p: _post(live_server.url, p), payloads))
+    codes = {}
+    for status, body in results:
+        code = "OK" if body["success"] else body["error"]["code"]
+        codes[code] = codes.get(code, 0) + 1
+        assert status in (200, 409), body
+    assert set(codes) <= {"OK", "SOLD_OUT", "INSUFFICIENT_SEATS"}
+    confirmed = [b["data"] for s, b in results if s == 200]
+    assert sum(c["seatCount"] for c in confirmed) == 100
+    assert Reservation.objects.filter(event_id=event.event_id).count() == len(confirmed)
+    assert seats_sold(event.event_id) == 100
+    assert seats_left(event.event_id) == 0
+    assert_seats_add_up(event)
+    assert r.client().xlen(r.EventKeys(event.event_id).outbox) == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_retries_of_the_same_booking_never_book_twice(postgres, live_server, make_event, active_tokens):
+    event = make_event(total_seats=50)
+    token = active_tokens(event, 1)[0]
+    payload = {"token": token, "seatCount": 2, "eventId": event.event_id}
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        results = list(pool.map(lambda _: _post(live_server.url, payload), range(20)))
+    ok = [b for s, b in results if s == 200]
+    assert len(ok) == 1
+    rid = ok[0]["data"]["reservationId"]
+    assert all(
+        b["error"] == {"code": "ALREADY_BOOKED", "message": b["error"]["message"], "reservationId": rid}
+        for s, b in results
+        if s != 200
+    )
+    assert Reservation.objects.filter(token=token).count() == 1
+    assert seats_left(event.event_id) == 48
+
+
+@pytest.fixture
+def failing_insert(postgres):
+    """A real Postgres failure: a trigger refuses rows for one buyer name."""
+    with connection.cursor() as cur:
+        cur.execute("""
+            CREATE OR REPLACE FUNCTION refuse_booking() RETURNS trigger AS $$
+            BEGIN RAISE EXCEPTION 'injected failure'; END $$ LANGUAGE plpgsql;
+            CREATE TRIGGER refuse_booking BEFORE INSERT ON booking_app_reservation
+            FOR EACH ROW WHEN (NEW.buyer_name = 'FAIL') EXECUTE FUNCTION refuse_booking();
+        """)
+    yield
+    with connection.cursor() as cur:
+        cur.execute(
+            "DROP TRIGGER IF EXISTS refuse_booking ON booking_app_reservation;"
+            "DROP FUNCTION IF EXISTS refuse_booking();"
+        )
+
+
+def test_a_failed_postgres_write_gives_the_seats_back(api, make_event, active_tokens, failing_insert, rc):
+    event = make_event(total_seats=10)
+    token = active_tokens(event, 1)[0]
+    k = r.EventKeys(event.event_id)
+    window = rc.zscore(k.active, uuid.UUID(token).bytes)
+    status, body = book(api, token, event.event_id, 3, buyerName="FAIL")
+    assert (status, body["error"]["code"]) == (503, "BOOKING_NOT_SAVED")
+    assert seats_left(event.event_id) == 10
+    assert rc.get(k.booked(token)) is None
+    assert rc.xlen(k.outbox) == 0
+    assert rc.zscore(k.active, uuid.UUID(token).bytes) == window  # the window is given back
+    assert not Reservation.objects.exists()
+    status, body = book(api, token, event.event_id, 3, buyerName="Kim")  # the retry succeeds
+    assert status == 200
+    assert seats_left(event.event_id) == 7
+
+
+@pytest.fixture
+def server(gunicorn):
+    """An app server process on the test database."""
+    db = settings.DATABASES["default"]
+    return gunicorn(
+        {"DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"}
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_process_killed_after_the_redis_step_is_made_whole_by_reconcile(
+    postgres, server, make_event, active_tokens, settings
+):
+    base, proc = server
+    event = make_event(total_seats=10)
+    token = active_tokens(event, 1)[0]
+    k = r.EventKeys(event.event_id)
+    # Hold the table so the server's INSERT waits right after its Redis step...
+    from django.db import connections
+
+    blocker = connections.create_connection("default")
+    blocker.set_autocommit(False)
+    with blocker.cursor() as cur:
+        cur.execute("LOCK TABLE booking_app_reservation IN EXCLUSIVE MODE")
+    client = threading.Thread(target=lambda: _swallow(base, token, event.event_id), daemon=True)
+    client.start()
+    deadline = time.monotonic() + 30
+    while r.client().xlen(k.outbox) == 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)  # ...and kill it there.
+    proc.wait()
+    blocker.rollback()
+    blocker.close()
+    assert seats_left(event.event_id) == 8
+    assert not Reservation.objects.exists()  # the client was never told "confirmed"
+
+    settings.BOOKING_RECONCILE_GRACE_SEC = 2
+    time.sleep(2.1)
+    call_command("reconcile", event.event_id)
+    row = Reservation.objects.get(token=token)
+    assert (row.seat_count, row.status) == (2, "CONFIRMED")
+    assert r.client().get(k.booked(token)).decode() == str(row.reservation_id)
+    assert r.client().xlen(k.outbox) == 0
+    assert_seats_add_up(event)
+    call_command("reconcile", event.event_id)  # idempotent
+    assert Reservation.objects.count() == 1
+
+
+def _swallow(base: str, token: str, event_id: str) -> None:
+    try:
+        requests.post(
+            f"{base}/api/booking", json={"token": token, "seatCount": 2, "eventId": event_id}, timeout=30
+        )
+    except requests.RequestException:
+        pass  # the server died mid-request, as intended
+
+
+@pytest.fixture
+def private_redis(tmp_path):
+    """A Redis of this test's own, so that FLUSHALL harms nobody else."""
+    proc, port = devstack.start_redis(tmp_path, persistent=False)
+    caches = {"default": {**settings.CACHES["default"], "LOCATION": f"redis://127.0.0.1:{port}/0"}}
+    with override_settings(CACHES=caches):
+        yield
+    devstack.stop_redis(proc)
+
+
+def test_flushall_then_recover_event_never_oversells(private_redis, api, make_event, active_tokens, capsys):
+    event = make_event(total_seats=10)
+    tokens = active_tokens(event, 4)
+    booked = {t: book(api, t, event.event_id, 2)[1]["data"]["reservationId"] for t in tokens[:3]}
+    assert seats_left(event.event_id) == 4
+    r.client().flushall()  # Redis lost everything
+    assert api.join(event.event_id)[1]["error"]["code"] == "EVENT_NOT_FOUND"
+
+    call_command("recover_event", event.event_id)
+    assert "consistent" in capsys.readouterr().out
+    assert seats_left(event.event_id) == 4
+    for token, rid in booked.items():
+        polled = api.poll(token, event.event_id)[1]["data"]
+        assert (polled["status"], polled["reservationId"]) == ("BOOKED", rid)
+        assert api.rejoin(token, event.event_id)[1]["error"]["code"] == "ALREADY_BOOKED"
+    # The unbooked one lost its window with the data; it rejoins at the back.
+    assert api.poll(tokens[3], event.event_id)[1]["data"]["status"] == "NOT_FOUND"
+    newcomers = active_tokens(event, 6)
+    results = [book(api, t, event.event_id, 1) for t in newcomers]
+    assert [s for s, _ in results].count(200) == 4
+    assert {b["error"]["code"] for s, b in results if s != 200} == {"SOLD_OUT"}
+    assert seats_sold(event.event_id) == 10
+    assert seats_left(event.event_id) == 0
+
+
+def test_recover_event_on_intact_redis_changes_no_seats(api, make_event, active_tokens):
+    event = make_event(total_seats=10)
+    token = active_tokens(event, 1)[0]
+    book(api, token, event.event_id, 3)
+    call_command("recover_event", event.event_id)
+    assert seats_left(event.event_id) == 7
+    assert api.poll(token, event.event_id)[1]["data"]["status"] == "BOOKED"
+
+
+def test_reconcile_reports_a_mismatch(api, make_event, active_tokens):
+    from django.core.management import CommandError
+
+    event = make_event(total_seats=10)
+    book(api, active_tokens(event, 1)[0], event.event_id, 1)
+    r.client().incrby(r.EventKeys(event.event_id).seats, 5)  # something went wrong
+    with pytest.raises(CommandError, match="do not add up"):
+        call_command("reconcile", event.event_id)
+
+
+# --- booking.completed on RabbitMQ ---------------------------------------------------
+
+
+@pytest.fixture
+def rabbitmq():
+    require(settings.BROKER_URL.startswith("amqp"), "RABBITMQ_URL is not set to a RabbitMQ broker")
+    queue_name = f"booking.completed.test-{uuid.uuid4().hex[:8]}"
+    with override_settings(BOOKING_QUEUE=queue_name):
+        yield queue_name
+    with celery_app.connection_for_write() as conn:
+        conn.default_channel.queue_delete(queue_name)
+
+
+def _consume(queue_name: str, seconds: float = 10) -> list[dict]:
+    from kombu import Connection
+
+    messages = []
+    with Connection(settings.BROKER_URL) as conn:
+        simple = conn.SimpleQueue(queue_name)
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                msg = simple.get(timeout=0.5)
+            except simple.Empty:
+                if messages:
+                    break
+                continue
+            messages.append(json.loads(msg.body) if isinstance(msg.body, (str, bytes)) else msg.payload)
+            msg.ack()
+        simple.close()
+    return messages
+
+
+@pytest.mark.django_db(transaction=True)
+def test_booking_completed_reaches_rabbitmq(postgres, rabbitmq, api, make_event, active_tokens):
+    event = make_event(total_seats=10)
+    token = active_tokens(event, 1)[0]
+    rid = book(api, token, event.event_id, 2)[1]["data"]["reservationId"]
+    messages = _consume(rabbitmq)
+    assert messages == [
+        {
+            "type": "booking.completed",
+            "reservationId": rid,
+            "eventId": event.event_id,
+            "token": token,
+            "seatCount": 2,
+            "createdAt": Reservation.objects.get(reservation_id=rid).created_at.isoformat(),
+        }
+    ]
+    assert Reservation.objects.get(reservation_id=rid).published_at is not None
+
+
+def _point_broker_at(url: str) -> None:
+    celery_app.conf.broker_url = url
+    celery_app.conf.broker_connection_timeout = 1
+    celery_app._pool = None  # the pools hold connections to the old address
+    celery_app.amqp._producer_pool = None
+    publish._broker_down_until = 0.0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_broker_outage_never_fails_a_booking(postgres, rabbitmq, api, make_event, active_tokens):
+    event = make_event(total_seats=10)
+    tokens = active_tokens(event, 3)
+    _point_broker_at("amqp://guest:guest@127.0.0.1:1//")  # nothing listens there
+    try:
+        started = time.monotonic()
+        results = [book(api, t, event.event_id, 1) for t in tokens]
+        assert [s for s, _ in results] == [200, 200, 200]
+        assert time.monotonic() - started < 10  # one failed attempt, then the breaker skips it
+        assert Reservation.objects.filter(published_at__isnull=True).count() == 3
+    finally:
+        _point_broker_at(settings.BROKER_URL)  # the broker is back
+    assert publish.publish_pending() == 3
+    rids = sorted(b["data"]["reservationId"] for _, b in results)
+    assert sorted(m["reservationId"] for m in _consume(rabbitmq)) == rids
+    assert Reservation.objects.filter(published_at__isnull=True).count() == 0

@@ -1,0 +1,48 @@
+-- Book seats for an active token: every check and the decrement in one step, so
+-- two requests can never both take the last seat.
+-- Checks, in this order: event OPEN; token not booked before; token ACTIVE and
+-- its window not passed; 1 <= seats <= the event's most per booking; enough seats.
+-- On success: seats go down, the booking mark is set (24 h), the token leaves the
+-- active set, and the booking is appended to the outbox stream so that it reaches
+-- Postgres even if the app process dies before its own write.
+--
+-- KEYS[1] meta    HASH    status, maxPerBooking
+-- KEYS[2] active  ZSET    token -> end of its active window (ms)
+-- KEYS[3] booked  STRING  reservation id, once this token has booked
+-- KEYS[4] seats   STRING  seats left
+-- KEYS[5] outbox  STREAM  bookings not yet confirmed in Postgres
+-- ARGV[1] token, 16 raw bytes
+-- ARGV[2] token, canonical text (for the outbox)
+-- ARGV[3] seats wanted
+-- ARGV[4] reservation id (chosen by the caller, so Postgres and Redis share it)
+--
+-- Returns {'OK', seatsLeft, outboxEntryId, windowEnd} or {refusal, detail} where
+-- refusal is EVENT_NOT_FOUND, EVENT_CLOSED, ALREADY_BOOKED (detail = reservation
+-- id), NOT_ACTIVE, VALIDATION_ERROR (detail = most per booking), SOLD_OUT or
+-- INSUFFICIENT_SEATS (detail = seats left).
+local meta = redis.call('HMGET', KEYS[1], 'status', 'maxPerBooking')
+if not meta[1] then return {'EVENT_NOT_FOUND'} end
+if meta[1] ~= 'OPEN' then return {'EVENT_CLOSED'} end
+
+local booked = redis.call('GET', KEYS[3])
+if booked then return {'ALREADY_BOOKED', booked} end
+
+local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local window_end = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if not window_end or tonumber(window_end) <= now then return {'NOT_ACTIVE'} end
+
+local wanted = tonumber(ARGV[3])
+local most = tonumber(meta[2] or 4)
+if wanted < 1 or wanted > most then return {'VALIDATION_ERROR', most} end
+
+local left = tonumber(redis.call('GET', KEYS[4]) or 0)
+if left <= 0 then return {'SOLD_OUT', 0} end
+if left < wanted then return {'INSUFFICIENT_SEATS', left} end
+
+left = redis.call('DECRBY', KEYS[4], wanted)
+redis.call('SET', KEYS[3], ARGV[4], 'EX', 86400)
+redis.call('ZREM', KEYS[2], ARGV[1])
+local entry = redis.call('XADD', KEYS[5], '*', 'reservationId', ARGV[4], 'token', ARGV[2],
+  'seats', wanted)
+return {'OK', left, entry, window_end}
