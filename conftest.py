@@ -26,10 +26,15 @@ def require(condition: bool, reason: str) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _no_rate_limits(settings) -> None:
+def _test_settings(settings) -> None:
     # Every test client is 127.0.0.1; the rate-limit tests turn limits back on.
     settings.RATE_LIMIT_JOIN = 0
     settings.RATE_LIMIT_LEAVE = 0
+    # Pages render without `collectstatic` having run (production keeps the manifest).
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
 
 
 @pytest.fixture

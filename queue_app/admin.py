@@ -1,4 +1,8 @@
+"""The operator's admin: events with live numbers, open/pause/close, live settings."""
+
+from django import forms
 from django.contrib import admin, messages
+from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest
 
 from booking_app.selectors import seats_sold
@@ -6,27 +10,103 @@ from queue_app import services
 from queue_app.models import Event
 
 
+class EventForm(forms.ModelForm):
+    class Meta:
+        model = Event
+        fields = [
+            "event_id", "name", "status", "total_seats", "admit_per_second", "active_window_seconds",
+            "max_active_users", "max_seats_per_booking",
+        ]
+
+    def clean_total_seats(self) -> int:
+        total = self.cleaned_data["total_seats"]
+        if self.instance.pk:
+            sold = seats_sold(self.instance.event_id)
+            if total < sold:
+                raise forms.ValidationError(f"{sold} seats are already sold; the total cannot be lower.")
+        return total
+
+
 @admin.register(Event)
 class EventAdmin(admin.ModelAdmin):
+    form = EventForm
     list_display = (
         "event_id",
         "name",
         "status",
-        "total_seats",
+        "waiting",
+        "active",
+        "seats_left",
+        "admitted_last_minute",
+        "bookings",
         "admit_per_second",
         "active_window_seconds",
         "max_active_users",
+        "total_seats",
     )
+    # Rate, window and cap change live: the next admission tick reads them.
+    list_editable = ("admit_per_second", "active_window_seconds", "max_active_users")
     list_filter = ("status",)
     search_fields = ("event_id", "name")
+    actions = ["open_events", "pause_events", "close_events"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(confirmed=Count("reservations", filter=Q(reservations__status="CONFIRMED")))
+        )
 
     def get_readonly_fields(self, request: HttpRequest, obj: Event | None = None) -> tuple:
         # The id names the Redis keys: renaming it would orphan the live line.
         return ("event_id", "created_at", "updated_at") if obj else ("created_at", "updated_at")
 
+    def _live(self, obj: Event) -> dict:
+        # One pipelined round trip per event, cached for the row's columns.
+        cache = getattr(self, "_live_cache", None)
+        if cache is None or cache[0] is not obj:
+            self._live_cache = (obj, services.event_live_numbers(obj.event_id))
+        return self._live_cache[1]
+
+    @admin.display(description="waiting")
+    def waiting(self, obj: Event) -> int:
+        return self._live(obj)["waiting"]
+
+    @admin.display(description="active")
+    def active(self, obj: Event) -> int:
+        return self._live(obj)["active"]
+
+    @admin.display(description="seats left")
+    def seats_left(self, obj: Event) -> int | None:
+        return self._live(obj)["seatsLeft"]
+
+    @admin.display(description="admitted, last minute")
+    def admitted_last_minute(self, obj: Event) -> int:
+        return self._live(obj)["admittedLastMinute"]
+
+    @admin.display(description="bookings", ordering="confirmed")
+    def bookings(self, obj: Event) -> int:
+        return obj.confirmed
+
     def save_model(self, request: HttpRequest, obj: Event, form, change: bool) -> None:
         super().save_model(request, obj, form, change)
-        try:
-            services.event_publish(obj, sold=seats_sold(obj.event_id))
-        except services.SeatsBelowSold as exc:
-            self.message_user(request, str(exc), messages.ERROR)
+        services.event_publish(obj, sold=seats_sold(obj.event_id))
+
+    def _set_status(self, request: HttpRequest, queryset: QuerySet, status: str) -> None:
+        for event in queryset:
+            event.status = status
+            event.save(update_fields=["status", "updated_at"])
+            services.event_publish(event, sold=seats_sold(event.event_id))
+        self.message_user(request, f"{queryset.count()} event(s) now {status}.", messages.SUCCESS)
+
+    @admin.action(description="Open: accept joins and admit")
+    def open_events(self, request: HttpRequest, queryset: QuerySet) -> None:
+        self._set_status(request, queryset, Event.Status.OPEN)
+
+    @admin.action(description="Pause: accept joins, admit nobody")
+    def pause_events(self, request: HttpRequest, queryset: QuerySet) -> None:
+        self._set_status(request, queryset, Event.Status.PAUSED)
+
+    @admin.action(description="Close: refuse joins, polls answer EXPIRED")
+    def close_events(self, request: HttpRequest, queryset: QuerySet) -> None:
+        self._set_status(request, queryset, Event.Status.CLOSED)

@@ -280,16 +280,18 @@ def event_wipe(event_id: str) -> int:
 
 
 def event_live_numbers(event_id: str) -> dict:
-    """Waiting, active and seats left, for operators (admin, CLI)."""
+    """Waiting, active, seats left and admitted in the last minute, for operators."""
     k = r.EventKeys(event_id)
-    now_ms = int(time.time() * 1000)
+    now = r.now_ms()
     pipe = r.client().pipeline(transaction=False)
     pipe.get(k.seq).get(k.popped).zcard(k.left)
-    pipe.zcount(k.active, now_ms, "+inf").get(k.seats).hgetall(k.meta)
-    seq, popped, left, active, seats, meta = pipe.execute()
+    pipe.zcount(k.active, now, "+inf").get(k.seats).hget(k.meta, "status").lrange(k.admit_log, 0, 60)
+    seq, popped, left, active, seats, status, ticks = pipe.execute()
+    recent = (tick.split(b":") for tick in ticks)
     return {
         "waiting": int(seq or 0) - int(popped or 0) - left,
         "active": active,
         "seatsLeft": int(seats) if seats is not None else None,
-        "status": meta.get(b"status", b"").decode() or None,
+        "status": status.decode() if status else None,
+        "admittedLastMinute": sum(int(n) for second, n in recent if int(second) * 1000 > now - 60_000),
     }

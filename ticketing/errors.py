@@ -8,7 +8,8 @@ import logging
 
 import redis
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 
@@ -77,22 +78,39 @@ def drf_exception_handler(exc: Exception, context: dict) -> Response | None:
     return Response(err.body(), status=err.status, headers=err.headers)
 
 
-def _page(status: int, code: str, message: str) -> JsonResponse:
+def _wants_html(request: HttpRequest) -> bool:
+    # The JSON API always answers in the envelope; a browser on a page gets a page.
+    if request.path.startswith(("/api/", "/health")):
+        return False
+    return "text/html" in request.headers.get("Accept", "")
+
+
+def _page(request: HttpRequest, status: int, code: str, message: str) -> HttpResponse:
+    if _wants_html(request):
+        try:
+            return render(request, f"{status}.html", {"message": message}, status=status)
+        except Exception:  # a broken page template must not hide the original error
+            log.exception("error page %s failed", status)
+            return HttpResponse(message, status=status, content_type="text/plain")
     return JsonResponse(ApiError(status, code, message).body(), status=status)
 
 
-def handler400(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
-    err = _from_exception(exception) if exception else None
-    return JsonResponse(err.body(), status=err.status) if err else _page(400, "BAD_REQUEST", "Bad request.")
+def handler400(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    err = (_from_exception(exception) if exception else None) or ApiError(400, "BAD_REQUEST", "Bad request.")
+    return _page(request, err.status, err.code, err.message)
 
 
-def handler403(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
-    return _page(403, "FORBIDDEN", "Forbidden.")
+def handler403(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    return _page(request, 403, "FORBIDDEN", "Forbidden.")
 
 
-def handler404(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
-    return _page(404, "NOT_FOUND", f"No such path: {request.path}")
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    return _page(request, 403, "CSRF_FAILED", "The form expired; reload the page and try again.")
 
 
-def handler500(request: HttpRequest) -> JsonResponse:
-    return _page(500, "INTERNAL_ERROR", "Something went wrong on our side.")
+def handler404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    return _page(request, 404, "NOT_FOUND", f"No such page: {request.path}")
+
+
+def handler500(request: HttpRequest) -> HttpResponse:
+    return _page(request, 500, "INTERNAL_ERROR", "Something went wrong on our side.")

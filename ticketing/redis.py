@@ -29,6 +29,12 @@ def client() -> redis.Redis:
     return get_redis_connection("default")
 
 
+def now_ms() -> int:
+    """Redis' clock, the one that arrival order and active windows are measured on."""
+    seconds, micros = client().time()
+    return seconds * 1000 + micros // 1000
+
+
 def key(event_id: str, *parts: str) -> str:
     """`ticket:{<eventId>}:<entity>[:<id>]`, the naming rule of DESIGN.md."""
     return f"ticket:{{{event_id}}}:" + ":".join(parts)

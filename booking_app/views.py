@@ -1,0 +1,101 @@
+"""The booking page (for a token in its active window) and the confirmation page."""
+
+import uuid
+
+from django import forms
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.translation import gettext_lazy as _
+
+from booking_app import services
+from booking_app.models import Reservation
+from queue_app import services as queue
+from queue_app.models import Event
+from queue_app.views import token_cookie
+from ticketing import redis as r
+from ticketing.errors import ApiError
+
+MESSAGES = {
+    "SOLD_OUT": _("Sorry, the last seats have just been sold."),
+    "INSUFFICIENT_SEATS": _("Not enough seats are left for that many. Choose fewer."),
+    "EVENT_CLOSED": _("This sale has closed."),
+    "BOOKING_NOT_SAVED": _("Your booking could not be saved and nothing was charged. Please try again."),
+    "BOOKING_PENDING": _("Your booking is being confirmed. Check the waiting room in a moment."),
+}
+
+
+class BookingForm(forms.Form):
+    seat_count = forms.TypedChoiceField(label=_("Seats"), coerce=int)
+    buyer_name = forms.CharField(label=_("Name"), max_length=200)
+    buyer_email = forms.EmailField(label=_("Email"))
+
+    def __init__(self, *args, most: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["seat_count"].choices = [(n, str(n)) for n in range(1, most + 1)]
+
+
+def _token(request: HttpRequest, event_id: str) -> queue.Token | None:
+    try:
+        return queue.parse_token(request.COOKIES.get(token_cookie(event_id)))
+    except ApiError:
+        return None
+
+
+def book(request: HttpRequest, event_id: str) -> HttpResponse:
+    event = get_object_or_404(Event, event_id=event_id)
+    token = _token(request, event_id)
+    if token is None:
+        return redirect("waiting-room", event_id)
+    state = queue.queue_poll(event_id=event_id, token=token)
+    if state["status"] == "BOOKED":
+        return redirect("confirmation", event_id, state["reservationId"])
+    if state["status"] != "ACTIVE":
+        return redirect("waiting-room", event_id)  # it shows why: waiting, expired, closed
+    most = max(1, min(event.max_seats_per_booking, state["remainingSeats"]))
+    form = BookingForm(request.POST or None, most=most)
+    error = None
+    if request.method == "POST" and form.is_valid():
+        try:
+            booked = services.booking_reserve(
+                event_id=event_id,
+                token=token,
+                seat_count=form.cleaned_data["seat_count"],
+                buyer_name=form.cleaned_data["buyer_name"],
+                buyer_email=form.cleaned_data["buyer_email"],
+            )
+        except ApiError as exc:
+            if exc.code == "ALREADY_BOOKED":
+                return redirect("confirmation", event_id, exc.extra["reservationId"])
+            if exc.code == "NOT_ACTIVE":
+                return redirect("waiting-room", event_id)
+            error = exc.code
+        else:
+            return redirect("confirmation", event_id, booked["reservationId"])
+    return render(
+        request,
+        "booking_app/book.html",
+        {
+            "event": event,
+            "form": form,
+            "state": state,
+            "error": error,
+            "error_message": MESSAGES.get(error, ""),
+            "sold_out": state["remainingSeats"] <= 0,
+            "now_ms": r.now_ms(),
+        },
+        status=409 if error in ("SOLD_OUT", "INSUFFICIENT_SEATS") else 200,
+    )
+
+
+def confirmation(request: HttpRequest, event_id: str, reservation_id: str) -> HttpResponse:
+    token = _token(request, event_id)
+    try:
+        rid = uuid.UUID(reservation_id)
+    except ValueError:
+        raise Http404 from None
+    if token is None:
+        raise Http404  # only the browser that booked sees the details
+    reservation = get_object_or_404(
+        Reservation.objects.select_related("event"), reservation_id=rid, token=token.text, event_id=event_id
+    )
+    return render(request, "booking_app/confirmation.html", {"reservation": reservation})

@@ -1,0 +1,154 @@
+"""Server-rendered pages and the operator's admin, through Django's test client."""
+
+import uuid
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from booking_app.tests.conftest import admit_all, book
+from queue_app import services
+from queue_app.models import Event
+from queue_app.views import token_cookie
+from ticketing import redis as r
+
+HTML = {"HTTP_ACCEPT": "text/html"}
+
+
+def test_the_list_shows_open_and_paused_events_only(client, make_event):
+    shown = [make_event(name="Open sale"), make_event(name="Paused sale", status="PAUSED")]
+    make_event(name="Closed sale", status="CLOSED")
+    html = client.get("/").content.decode()
+    assert all(e.name in html and f"/events/{e.event_id}/" in html for e in shown)
+    assert "Closed sale" not in html
+
+
+def test_pages_speak_korean_when_asked(client, make_event):
+    event = make_event()
+    html = client.get(f"/events/{event.event_id}/", HTTP_ACCEPT_LANGUAGE="ko").content.decode()
+    assert '<html lang="ko">' in html
+    assert "이 화면을 닫지 마세요" in html
+    html = client.get(f"/events/{event.event_id}/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    assert "Keep this page open" in html
+
+
+def test_the_language_switcher_sticks(client, make_event):
+    event = make_event()
+    client.get("/")
+    resp = client.post("/i18n/setlang/", {"language": "ko", "next": "/"})
+    assert resp.status_code == 302
+    assert "대기실 입장" in client.get("/", HTTP_ACCEPT_LANGUAGE="en").content.decode()
+    assert event.event_id in client.get("/").content.decode()
+
+
+def test_an_unknown_page_is_an_html_404_for_browsers_and_json_for_clients(client, db):
+    resp = client.get("/events/nope/", **HTML)
+    assert resp.status_code == 404
+    assert resp["Content-Type"].startswith("text/html")
+    assert b"This page does not exist." in resp.content
+    assert client.get("/events/nope/").json()["error"]["code"] == "NOT_FOUND"
+
+
+def test_the_booking_page_sends_people_who_are_not_active_back(client, make_event):
+    event = make_event()
+    assert client.get(f"/events/{event.event_id}/book/").url == f"/events/{event.event_id}/"
+    token = services.queue_join(event_id=event.event_id)["token"]
+    client.cookies[token_cookie(event.event_id)] = token
+    assert client.get(f"/events/{event.event_id}/book/").url == f"/events/{event.event_id}/"
+
+
+def test_the_booking_form_is_csrf_protected(make_event):
+    event = make_event()
+    token = services.queue_join(event_id=event.event_id)["token"]
+    admit_all(event.event_id)
+    browser = Client(enforce_csrf_checks=True)
+    browser.cookies[token_cookie(event.event_id)] = token
+    assert browser.get(f"/events/{event.event_id}/book/").status_code == 200
+    resp = browser.post(f"/events/{event.event_id}/book/",
+                        {"seat_count": 1, "buyer_name": "A", "buyer_email": "a@example.com"}, **HTML)
+    assert resp.status_code == 403
+    assert int(r.client().get(r.EventKeys(event.event_id).seats)) == 100
+
+
+def test_the_booking_form_books_and_validates(client, make_event):
+    event = make_event(total_seats=3, max_seats_per_booking=4)
+    token = services.queue_join(event_id=event.event_id)["token"]
+    admit_all(event.event_id)
+    client.cookies[token_cookie(event.event_id)] = token
+    page = client.get(f"/events/{event.event_id}/book/").content.decode()
+    assert '<option value="3">' in page and '<option value="4">' not in page  # no more than left
+    bad = client.post(f"/events/{event.event_id}/book/", {"seat_count": 1, "buyer_name": "A",
+                                                          "buyer_email": "not-an-email"})
+    assert bad.status_code == 200 and b"Enter a valid email address." in bad.content
+    resp = client.post(f"/events/{event.event_id}/book/",
+                       {"seat_count": 2, "buyer_name": "Park", "buyer_email": "park@example.com"})
+    assert resp.status_code == 302 and "/reservations/" in resp.url
+    confirmation = client.get(resp.url).content.decode()
+    assert "Reservation confirmed" in confirmation and "Park" in confirmation
+    # Only the browser that booked sees it.
+    assert Client().get(resp.url, **HTML).status_code == 404
+    other = Client()
+    other.cookies[token_cookie(event.event_id)] = str(uuid.uuid4())
+    assert other.get(resp.url, **HTML).status_code == 404
+
+
+@pytest.fixture
+def operator(client, db):
+    client.force_login(User.objects.create_superuser("op", "op@example.com", "pw-for-tests"))
+    return client
+
+
+def test_the_admin_shows_live_numbers(operator, make_event, api):
+    event = make_event(name="Live", admit_per_second=2, total_seats=10)
+    tokens = [api.token(event.event_id) for _ in range(5)]
+    admit_all(event.event_id)
+    book(api, tokens[0], event.event_id, 3)
+    html = operator.get("/admin/queue_app/event/").content.decode()
+    row = html[html.index(event.event_id):]
+    row = row[: row.index("</tr>")]
+    cells = [c.split(">")[-1] for c in row.split("</td>")[:-1]]
+    # waiting, active, seats left, admitted in the last minute, bookings
+    assert cells[2:7] == ["3", "1", "7", "2", "1"], cells
+
+
+def test_admin_actions_open_pause_close(operator, make_event, api):
+    event = make_event()
+    for action, status in (("pause_events", "PAUSED"), ("close_events", "CLOSED"), ("open_events", "OPEN")):
+        resp = operator.post("/admin/queue_app/event/", {"action": action, "_selected_action": [event.pk]})
+        assert resp.status_code == 302
+        assert Event.objects.get(pk=event.pk).status == status
+        assert r.client().hget(r.EventKeys(event.event_id).meta, "status").decode() == status
+        if status == "CLOSED":
+            assert api.join(event.event_id)[1]["error"]["code"] == "EVENT_CLOSED"
+
+
+def test_admin_changes_the_rate_live(operator, make_event, api):
+    event = make_event(admit_per_second=1)
+    for _ in range(10):
+        api.token(event.event_id)
+    data = {
+        "event_id": event.event_id, "name": "", "status": "OPEN", "total_seats": 100,
+        "admit_per_second": 4, "active_window_seconds": 180, "max_active_users": 0,
+        "max_seats_per_booking": 4,
+    }
+    resp = operator.post(f"/admin/queue_app/event/{event.pk}/change/", data)
+    assert resp.status_code == 302
+    admit_all(event.event_id)
+    assert services.event_live_numbers(event.event_id)["active"] == 4  # the next tick used it
+
+
+def test_admin_refuses_fewer_seats_than_sold(operator, make_event, api):
+    event = make_event(total_seats=10)
+    token = api.token(event.event_id)
+    admit_all(event.event_id)
+    book(api, token, event.event_id, 4)
+    data = {
+        "event_id": event.event_id, "name": "", "status": "OPEN", "total_seats": 3,
+        "admit_per_second": 70, "active_window_seconds": 180, "max_active_users": 0,
+        "max_seats_per_booking": 4,
+    }
+    resp = operator.post(f"/admin/queue_app/event/{event.pk}/change/", data)
+    assert resp.status_code == 200
+    assert b"4 seats are already sold" in resp.content
+    assert Event.objects.get(pk=event.pk).total_seats == 10
+    assert int(r.client().get(r.EventKeys(event.event_id).seats)) == 6

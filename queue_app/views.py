@@ -1,0 +1,50 @@
+"""Browser pages of the waiting room. The live parts (join, position, admission)
+are the JSON API driven by static/js/waiting-room.js; these views render the frame."""
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+from django.urls import reverse
+from django.utils.translation import gettext as _
+
+from queue_app.models import Event
+
+
+def token_cookie(event_id: str) -> str:
+    """The cookie that keeps a browser's place in line (beside localStorage)."""
+    return f"queue_token_{event_id}"
+
+
+def event_list(request: HttpRequest) -> HttpResponse:
+    events = Event.objects.exclude(status=Event.Status.CLOSED).order_by("created_at")
+    return render(request, "queue_app/event_list.html", {"events": events})
+
+
+def waiting_room(request: HttpRequest, event_id: str) -> HttpResponse:
+    event = get_object_or_404(Event, event_id=event_id)
+    config = {
+        "eventId": event.event_id,
+        "cookie": token_cookie(event.event_id),
+        "api": {
+            "join": reverse("api-join"),
+            "rejoin": reverse("api-rejoin"),
+            "poll": reverse("api-poll"),
+        },
+        "bookUrl": reverse("book", args=[event.event_id]),
+        "confirmationUrl": reverse("confirmation", args=[event.event_id, "RID"]),
+        "strings": {
+            "joining": _("Joining the line…"),
+            "position": _("You are number %(rank)s in line"),
+            "ahead": _("%(n)s ahead of you"),
+            "behind": _("%(n)s behind you"),
+            "eta": _("Estimated wait: %(time)s"),
+            "etaUnknown": _("Estimated wait: calculating…"),
+            "minutes": _("%(n)s min"),
+            "seconds": _("%(n)s s"),
+            "seats": _("%(n)s seats left"),
+            "admitted": _("It's your turn! Taking you to booking…"),
+            "paused": _("The sale is paused. You keep your place in line."),
+            "networkError": _("We could not reach the waiting room. Retrying…"),
+            "rateLimited": _("Too many requests. Retrying in a moment…"),
+        },
+    }
+    return render(request, "queue_app/waiting_room.html", {"event": event, "config": config})

@@ -1,0 +1,231 @@
+"""The whole journey in headless Chromium (Debian's /usr/bin/chromium, driven by
+Playwright; no browser download). Screenshots of each page go to
+test-artifacts/screenshots/, and to docs/screenshots/ with UPDATE_SCREENSHOTS=1."""
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from booking_app.models import Reservation
+from booking_app.tests.conftest import admit_all
+from conftest import require
+from queue_app import services as queue
+from ticketing import redis as r
+
+# Playwright's sync API runs an event loop in this thread; the test's own ORM calls
+# are still synchronous.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(settings.BASE_DIR) / "test-artifacts" / "screenshots"
+DOCS = Path(settings.BASE_DIR) / "docs" / "screenshots"
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    require(Path(CHROMIUM).exists(), f"{CHROMIUM} is not installed (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser, live_server):
+    """A phone-sized page in English, with its own cookies and storage."""
+    context = browser.new_context(
+        locale="en-US", viewport={"width": 390, "height": 844}, base_url=live_server.url
+    )
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    yield page
+    context.close()
+
+
+def shot(page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    if os.environ.get("UPDATE_SCREENSHOTS"):
+        DOCS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, DOCS / path.name)
+
+
+def rank_shown(page) -> int:
+    text = page.locator("#position").inner_text()
+    return int(re.search(r"(\d[\d,]*)", text).group(1).replace(",", ""))
+
+
+def test_the_whole_journey(page, make_event):
+    event = make_event(name="KTX Chuseok 07:00", total_seats=10, admit_per_second=2)
+    for _ in range(4):
+        queue.queue_join(event_id=event.event_id)
+
+    page.goto("/")
+    page.get_by_role("link", name="Enter the waiting room").first.wait_for()
+    shot(page, "01-events")
+
+    page.goto(f"/events/{event.event_id}/")
+    page.wait_for_function("document.querySelector('#position').textContent.includes('5')")
+    assert "You are number 5 in line" in page.locator("#position").inner_text()
+    assert page.locator("#ahead").inner_text() == "4"
+    assert page.locator("#seats").inner_text() == "10"
+    assert page.locator("#position").get_attribute("aria-live") == "polite"
+    shot(page, "02-waiting-room")
+
+    admit_all(event.event_id)  # two of the four ahead are admitted
+    page.wait_for_function("document.querySelector('#position').textContent.includes('number 3')")
+    assert rank_shown(page) == 3  # the position went down
+    assert page.locator(".progress").get_attribute("aria-valuenow") == "50"
+
+    admit_all(event.event_id)
+    admit_all(event.event_id)  # now it is this browser's turn
+    page.wait_for_url(re.compile(r"/book/$"))
+    page.locator("#countdown").wait_for()
+    assert re.match(r"\d+:\d\d", page.locator("#countdown").inner_text())
+    shot(page, "03-booking")
+
+    page.select_option("#id_seat_count", "2")
+    page.fill("#id_buyer_name", "Kim Minji")
+    page.fill("#id_buyer_email", "minji@example.com")
+    page.get_by_role("button", name="Confirm booking").click()
+    page.wait_for_url(re.compile(r"/reservations/"))
+    rid = page.locator("#reservation-id").inner_text()
+    shot(page, "04-confirmation")
+    row = Reservation.objects.get(reservation_id=rid)
+    assert (row.seat_count, row.buyer_name, row.buyer_email, row.status) == (
+        2,
+        "Kim Minji",
+        "minji@example.com",
+        "CONFIRMED",
+    )
+    assert int(r.client().get(r.EventKeys(event.event_id).seats)) == 8
+
+    page.goto(f"/events/{event.event_id}/")  # back in the room: it knows we booked
+    page.locator("#confirmation-link").wait_for()
+    assert rid in page.locator("#confirmation-link").get_attribute("href")
+
+
+def test_reload_keeps_the_place(page, make_event):
+    event = make_event()
+    for _ in range(2):
+        queue.queue_join(event_id=event.event_id)
+    page.goto(f"/events/{event.event_id}/")
+    page.wait_for_function("document.querySelector('#position').textContent.includes('3')")
+    token = page.evaluate(f"localStorage.getItem('queueToken:{event.event_id}')")
+    queue.queue_join(event_id=event.event_id)  # someone arrives after us
+    page.reload()  # F5
+    page.wait_for_function("document.querySelector('#behind').textContent === '1'")
+    assert rank_shown(page) == 3
+    assert page.evaluate(f"localStorage.getItem('queueToken:{event.event_id}')") == token
+    page.evaluate("localStorage.clear()")  # the cookie alone keeps it too
+    page.reload()
+    page.wait_for_function("document.querySelector('#behind').textContent === '1'")
+    assert rank_shown(page) == 3
+
+
+def test_an_expired_window_offers_to_rejoin(page, make_event):
+    event = make_event(active_window_seconds=3)
+    page.goto(f"/events/{event.event_id}/")
+    page.locator("#position").wait_for()
+    admit_all(event.event_id)
+    page.wait_for_url(re.compile(r"/book/$"))
+    page.wait_for_url(re.compile(rf"/events/{event.event_id}/$"), timeout=15_000)  # the window ran out
+    page.get_by_role("heading", name="Your booking window has passed").wait_for()
+    shot(page, "05-expired")
+    queue.queue_join(event_id=event.event_id)
+    page.get_by_role("button", name="Join the line again").click()
+    page.wait_for_function("document.querySelector('#position').textContent.includes('number 2')")
+
+
+def test_sold_out(page, make_event, rc):
+    event = make_event(total_seats=1)
+    queue.queue_join(event_id=event.event_id)
+    page.goto(f"/events/{event.event_id}/")
+    page.locator("#position").wait_for()
+    rc.set(r.EventKeys(event.event_id).seats, 0)
+    page.get_by_role("heading", name="Sold out").wait_for()
+    shot(page, "06-sold-out")
+    rc.set(r.EventKeys(event.event_id).seats, 1)  # a cancellation: back in line
+    page.locator("#position").wait_for()
+
+
+def test_the_last_seat_taken_while_filling_the_form(page, make_event, rc):
+    event = make_event(total_seats=1)
+    page.goto(f"/events/{event.event_id}/")
+    page.locator("#position").wait_for()
+    admit_all(event.event_id)
+    page.wait_for_url(re.compile(r"/book/$"))
+    page.fill("#id_buyer_name", "Lee")
+    page.fill("#id_buyer_email", "lee@example.com")
+    rc.set(r.EventKeys(event.event_id).seats, 0)  # someone else was faster
+    page.get_by_role("button", name="Confirm booking").click()
+    page.get_by_role("heading", name="Sold out").wait_for()
+    assert not Reservation.objects.exists()
+
+
+def test_a_closed_event(page, make_event):
+    event = make_event(status="CLOSED")
+    page.goto(f"/events/{event.event_id}/")
+    page.get_by_role("heading", name="This sale has closed.").wait_for()
+    shot(page, "07-closed")
+
+
+def test_an_api_error_is_shown_and_retried(page, make_event):
+    event = make_event()
+    failing = {"on": True}
+
+    def poll_route(route):
+        if failing["on"]:
+            route.fulfill(
+                status=503,
+                content_type="application/json",
+                body='{"success": false, "error": {"code": "REDIS_UNAVAILABLE", "message": "x"}}',
+            )
+        else:
+            route.continue_()
+
+    page.route("**/api/status/poll*", poll_route)
+    page.goto(f"/events/{event.event_id}/")
+    page.get_by_text("We could not reach the waiting room. Retrying…").wait_for()
+    shot(page, "08-error")
+    failing["on"] = False
+    page.locator("#position").wait_for(state="visible", timeout=30_000)
+    assert rank_shown(page) == 1
+
+
+def test_korean_and_english(browser, live_server, make_event):
+    event = make_event(name="KTX 추석 07:00")
+    context = browser.new_context(
+        locale="ko-KR", viewport={"width": 390, "height": 844}, base_url=live_server.url
+    )
+    page = context.new_page()
+    page.goto(f"/events/{event.event_id}/")
+    page.wait_for_function("document.querySelector('#position').textContent.includes('1')")
+    assert page.locator("html").get_attribute("lang") == "ko"
+    assert "대기 순번 1번" in page.locator("#position").inner_text()
+    assert page.get_by_text("이 화면을 닫지 마세요").is_visible()
+    shot(page, "09-waiting-room-ko")
+    page.select_option("#language", "en")  # the switcher
+    page.wait_for_function("document.documentElement.lang === 'en'")
+    page.wait_for_function("document.querySelector('#position').textContent.includes('You are number 1')")
+    context.close()
