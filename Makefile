@@ -22,5 +22,11 @@ lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/python manage.py makemigrations --check --dry-run
 
+# Measures the service as production runs it against a baseline (docs/benchmarks.md).
+# BENCH_ARGS=--quick for a fast check.
+bench: $(BIN)/.installed
+	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) var

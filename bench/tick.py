@@ -7,6 +7,8 @@ times the admit script: the round trip seen by the worker and the time Redis spe
 in it (INFO commandstats). A PING round trip in the same run is the baseline.
 The once-per-second guard is cleared before each sample (not timed) so that a
 sample needs no wait for the next second.
+
+`measure()` is also what `bench/run.py` calls on the line it filled itself.
 """
 
 import argparse
@@ -21,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ticketing.settings")
 
 import django  # noqa: E402
+import redis  # noqa: E402
 
 django.setup()
 
@@ -29,12 +32,48 @@ from queue_app.models import Event  # noqa: E402
 from ticketing import redis as r  # noqa: E402
 
 
-def evalsha_usec(client) -> tuple[int, int]:
+def evalsha_usec(client: redis.Redis) -> tuple[int, int]:
+    """Calls and microseconds Redis has spent in EVALSHA so far."""
     stats = client.info("commandstats").get("cmdstat_evalsha", {"calls": 0, "usec": 0})
     return stats["calls"], stats["usec"]
 
 
+def measure(event_id: str, *, samples: int, batch: int) -> dict:
+    """Time `samples` ticks of an event whose line is already long enough.
+
+    The event's admitPerSecond must be `batch` (each tick must admit exactly that
+    many, or it did not do the work being timed). Every tick admits `batch` people
+    off the head of the line.
+    """
+    client = r.client()
+    k = r.EventKeys(event_id)
+    tick_ms, ping_ms = [], []
+    calls0, usec0 = evalsha_usec(client)
+    for _ in range(samples):
+        client.delete(k.tick)
+        t0 = time.perf_counter()
+        tick = services.event_admit(event_id)
+        tick_ms.append((time.perf_counter() - t0) * 1000)
+        if tick.admitted != batch:
+            raise RuntimeError(f"a tick admitted {tick.admitted}, not {batch}: {tick}")
+        t0 = time.perf_counter()
+        client.ping()
+        ping_ms.append((time.perf_counter() - t0) * 1000)
+    calls1, usec1 = evalsha_usec(client)
+    p = statistics.quantiles(tick_ms, n=100)
+    return {
+        "samples": samples,
+        "batch": batch,
+        "round_trip_median_ms": statistics.median(tick_ms),
+        "round_trip_p99_ms": p[98],
+        "inside_redis_mean_ms": (usec1 - usec0) / max(1, calls1 - calls0) / 1000,
+        "ping_median_ms": statistics.median(ping_ms),
+        "ratio_to_ping": statistics.median(tick_ms) / statistics.median(ping_ms),
+    }
+
+
 def main() -> None:
+    """Fill a fresh event's line, time its ticks, print, wipe the event."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--waiting", type=int, default=2_000_000)
     parser.add_argument("--samples", type=int, default=200)
@@ -49,32 +88,18 @@ def main() -> None:
         started = time.perf_counter()
         services.queue_join_many(event_id=event_id, count=args.waiting)
         fill = time.perf_counter() - started
-        k = r.EventKeys(event_id)
-        tick_ms, ping_ms = [], []
-        calls0, usec0 = evalsha_usec(client)
-        for _ in range(args.samples):
-            client.delete(k.tick)
-            t0 = time.perf_counter()
-            tick = services.event_admit(event_id)
-            tick_ms.append((time.perf_counter() - t0) * 1000)
-            assert tick.admitted == args.batch, tick
-            t0 = time.perf_counter()
-            client.ping()
-            ping_ms.append((time.perf_counter() - t0) * 1000)
-        calls1, usec1 = evalsha_usec(client)
-        server_ms = (usec1 - usec0) / max(1, calls1 - calls0) / 1000
-        p = statistics.quantiles(tick_ms, n=100)
+        m = measure(event_id, samples=args.samples, batch=args.batch)
         print(
             f"waiting:            {args.waiting:,} (filled in {fill:.1f} s, "
             f"{args.waiting / fill:,.0f} joins/s through the join script)"
         )
         print(
-            f"tick, round trip:   median {statistics.median(tick_ms):.3f} ms, p99 {p[98]:.3f} ms "
-            f"({args.samples} ticks of {args.batch})"
+            f"tick, round trip:   median {m['round_trip_median_ms']:.3f} ms, "
+            f"p99 {m['round_trip_p99_ms']:.3f} ms ({args.samples} ticks of {args.batch})"
         )
-        print(f"tick, inside Redis: mean {server_ms:.3f} ms")
-        print(f"PING round trip:    median {statistics.median(ping_ms):.3f} ms (baseline)")
-        print(f"ratio tick/PING:    {statistics.median(tick_ms) / statistics.median(ping_ms):.1f}x")
+        print(f"tick, inside Redis: mean {m['inside_redis_mean_ms']:.3f} ms")
+        print(f"PING round trip:    median {m['ping_median_ms']:.3f} ms (baseline)")
+        print(f"ratio tick/PING:    {m['ratio_to_ping']:.1f}x")
     finally:
         services.event_wipe(event_id)
         client.srem(r.EVENTS_KEY, event_id)

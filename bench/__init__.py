@@ -1,0 +1,1 @@
+"""Benchmarks: `make bench` (bench/run.py), bench/tick.py, bench/locustfile.py."""

@@ -1,0 +1,1 @@
+"""The floor every figure is compared with: bare Django and one Redis GET."""

@@ -1,0 +1,236 @@
+"""The processes of a benchmark run, kept apart from everything else on the machine.
+
+A private redis-server on a free port (never the machine's 6379), the Postgres
+database `ticketing_bench` (never `ticketing` or `test_ticketing`), and gunicorn as
+production starts it. Every process started here is stopped by `Stack.close()`,
+by its own id.
+"""
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+BENCH_DB = "ticketing_bench"
+PG = {"host": "127.0.0.1", "port": "5432", "user": "postgres"}
+RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672//"
+
+
+def free_port() -> int:
+    """A port nobody listens on now (the machine runs other tests' servers)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_open(host: str, port: int) -> bool:
+    """Whether something accepts TCP connections there."""
+    with contextlib.suppress(OSError), socket.create_connection((host, port), 0.5):
+        return True
+    return False
+
+
+def ensure_database(name: str = BENCH_DB) -> str:
+    """Create the bench database when missing; return its DATABASE_URL."""
+    if name in {"ticketing", "test_ticketing"}:
+        raise SystemExit(f"refusing to benchmark against the shared database {name!r}")
+    base = ["psql", "-h", PG["host"], "-p", PG["port"], "-U", PG["user"], "-v", "ON_ERROR_STOP=1", "-tA"]
+    found = subprocess.run(
+        [*base, "-c", f"SELECT 1 FROM pg_database WHERE datname = '{name}'"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    if found != "1":
+        subprocess.run([*base, "-c", f'CREATE DATABASE "{name}"'], check=True, capture_output=True)
+    return f"postgres://{PG['user']}@{PG['host']}:{PG['port']}/{name}"
+
+
+def export(ref: str, into: Path) -> tuple[Path, str]:
+    """The app's code at a git revision, unpacked into `into`: a run of a committed
+    revision is then immune to edits in progress in the working tree."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"],
+        cwd=BASE_DIR,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    into.mkdir(parents=True)
+    archive = subprocess.Popen(["git", "archive", commit], cwd=BASE_DIR, stdout=subprocess.PIPE)
+    subprocess.run(["tar", "-x", "-C", str(into)], stdin=archive.stdout, check=True)
+    if archive.wait() != 0:
+        raise SystemExit(f"git archive {ref} failed")
+    return into, commit
+
+
+def revision() -> dict:
+    """Which code a working-tree run measured: HEAD, and the files changed since."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=BASE_DIR, capture_output=True, text=True)
+        return done.stdout.strip()
+
+    changed = [line[3:] for line in git("status", "--porcelain").splitlines() if line[3:]]
+    return {"head": git("rev-parse", "HEAD"), "uncommitted_changes": changed}
+
+
+class Stack:
+    """Started processes and temporary files, torn down in reverse order.
+
+    `app_dir` is where the app's code is run from: the repository itself, or an
+    export of a revision (bench/run.py --ref). The harness is always this one.
+    """
+
+    def __init__(self, workdir: Path, app_dir: Path = BASE_DIR) -> None:
+        self.workdir = workdir
+        self.app_dir = app_dir
+        self.code: dict = {}
+        self.procs: list[tuple[str, subprocess.Popen]] = []
+        self.redis_url = ""
+        self.env: dict[str, str] = {}
+
+    # --- Redis -------------------------------------------------------------------
+
+    def start_redis(self) -> str:
+        """redis-server 7 on a free port, no persistence, data in a temp dir."""
+        port = free_port()
+        data = self.workdir / "redis"
+        data.mkdir(parents=True, exist_ok=True)
+        proc = self._spawn(
+            "redis",
+            [
+                shutil.which("redis-server") or "redis-server",
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(data),
+                "--maxmemory",
+                "0",
+            ],
+            env=os.environ.copy(),
+        )
+        deadline = time.monotonic() + 10
+        while not port_open("127.0.0.1", port):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"private redis-server did not start; see {self.log('redis')}")
+            time.sleep(0.05)
+        self.redis_url = f"redis://127.0.0.1:{port}/0"
+        return self.redis_url
+
+    # --- Environment ---------------------------------------------------------------
+
+    def app_env(self, *, database_url: str, broker_url: str, booking_queue: str) -> dict[str, str]:
+        """The environment of every process of the app: production switches, private
+        services, no join rate limit (wrk and Locust come from one address)."""
+        env = os.environ.copy()
+        for name in ("REDIS_HOST", "REDIS_PORT", "REDIS_PASSWORD", "ACCESS_LOG"):
+            env.pop(name, None)
+        env.update(
+            {
+                "DJANGO_SETTINGS_MODULE": "ticketing.settings",
+                "DEBUG": "false",
+                "NODE_ENV": "production",
+                "SECRET_KEY": env.get("SECRET_KEY") or secrets.token_urlsafe(50),
+                "REDIS_URL": self.redis_url,
+                "DATABASE_URL": database_url,
+                "RABBITMQ_URL": broker_url,
+                "BOOKING_QUEUE": booking_queue,
+                "RATE_LIMIT_JOIN": "0",
+                # The app's code first; `bench` (this harness) from the repository.
+                "PYTHONPATH": os.pathsep.join(dict.fromkeys([str(self.app_dir), str(BASE_DIR)])),
+            }
+        )
+        self.env = env
+        return env
+
+    def manage(self, *args: str) -> str:
+        """`manage.py <args>` with the bench environment; its output."""
+        done = subprocess.run(
+            [PYTHON, "manage.py", *args], cwd=self.app_dir, env=self.env, capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"manage.py {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
+        return done.stdout.strip()
+
+    # --- gunicorn ----------------------------------------------------------------
+
+    def start_gunicorn(
+        self, name: str, args: list[str], env: dict[str, str], health: str
+    ) -> subprocess.Popen:
+        """gunicorn with `args`; returns once `health` answers 200."""
+        proc = self._spawn(name, [PYTHON, "-m", "gunicorn", *args], env=env)
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"{name} exited at start; see {self.log(name)}")
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(health, timeout=1) as answer:
+                    if answer.status == 200:
+                        return proc
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{name} did not answer {health}; see {self.log(name)}")
+            time.sleep(0.1)
+
+    @staticmethod
+    def children(pid: int) -> list[int]:
+        """Pids whose parent is `pid` (gunicorn's workers)."""
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                stat = (entry / "stat").read_text()
+                if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+        return sorted(found)
+
+    # --- Processes -----------------------------------------------------------------
+
+    def log(self, name: str) -> Path:
+        """Where a started process writes its output."""
+        return self.workdir / f"{name}.log"
+
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+        out = self.log(name).open("ab")
+        proc = subprocess.Popen(
+            argv, cwd=self.app_dir, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        out.close()
+        self.procs.append((name, proc))
+        return proc
+
+    def stop(self, proc: subprocess.Popen, grace: float = 10) -> None:
+        """SIGTERM (gunicorn stops its workers), then SIGKILL of its own group."""
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+        # Anything the process left in its own session (it was started as a group leader).
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        self.procs = [(n, p) for n, p in self.procs if p is not proc]
+
+    def close(self) -> None:
+        """Stop everything still running, last started first."""
+        for _, proc in reversed(list(self.procs)):
+            self.stop(proc)
