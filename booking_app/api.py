@@ -1,4 +1,5 @@
-"""Booking endpoints: parse, call a service, shape the envelope."""
+"""Booking endpoints. Booking is hot once people are admitted, so it is served from
+the WSGI environ by ticketing.hotpath; cancellation is rare and uses DRF."""
 
 import uuid
 
@@ -9,9 +10,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from booking_app import services
-from queue_app.api import json_object, ok
 from queue_app.services import parse_event_id, parse_token
-from ticketing.errors import validation_error
+from ticketing.errors import envelope, validation_error
+from ticketing.hotpath import Environ, Route, json_body
+
+BOOK = "/api/booking"
 
 
 def _seat_count(value: object) -> int:
@@ -30,30 +33,30 @@ def _text(body: dict, name: str, limit: int) -> str:
     return value.strip()
 
 
-class BookingView(APIView):
-    def post(self, request: Request) -> Response:
-        body = json_object(request)
-        token = parse_token(body.get("token"))
-        if "seatCount" not in body:
-            raise validation_error("seatCount is required.")
-        seat_count = _seat_count(body["seatCount"])
-        event_id = parse_event_id(body.get("eventId"))
-        buyer_name = _text(body, "buyerName", 200)
-        buyer_email = _text(body, "buyerEmail", 254)
-        if buyer_email:
-            try:
-                validate_email(buyer_email)
-            except ValidationError:
-                raise validation_error("buyerEmail is not an email address.") from None
-        return ok(
-            services.booking_reserve(
-                event_id=event_id,
-                token=token,
-                seat_count=seat_count,
-                buyer_name=buyer_name,
-                buyer_email=buyer_email,
-            )
-        )
+def book(environ: Environ) -> dict:
+    body = json_body(environ)
+    token = parse_token(body.get("token"))
+    if "seatCount" not in body:
+        raise validation_error("seatCount is required.")
+    seat_count = _seat_count(body["seatCount"])
+    event_id = parse_event_id(body.get("eventId"))
+    buyer_name = _text(body, "buyerName", 200)
+    buyer_email = _text(body, "buyerEmail", 254)
+    if buyer_email:
+        try:
+            validate_email(buyer_email)
+        except ValidationError:
+            raise validation_error("buyerEmail is not an email address.") from None
+    return services.booking_reserve(
+        event_id=event_id,
+        token=token,
+        seat_count=seat_count,
+        buyer_name=buyer_name,
+        buyer_email=buyer_email,
+    )
+
+
+ROUTES: dict[str, Route] = {BOOK: Route("POST", book, database=True)}
 
 
 class CancelView(APIView):
@@ -64,10 +67,12 @@ class CancelView(APIView):
             raise validation_error("reservationId must be a UUID.") from None
         token = parse_token(request.query_params.get("token"))
         reservation = services.booking_cancel(reservation_id=rid, token=token.text)
-        return ok(
-            {
-                "reservationId": str(reservation.reservation_id),
-                "status": "CANCELLED",
-                "seatCount": reservation.seat_count,
-            }
+        return Response(
+            envelope(
+                {
+                    "reservationId": str(reservation.reservation_id),
+                    "status": "CANCELLED",
+                    "seatCount": reservation.seat_count,
+                }
+            )
         )

@@ -10,7 +10,6 @@ import logging
 import uuid
 from dataclasses import dataclass, field
 
-import redis
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import Sum
@@ -22,7 +21,7 @@ from booking_app.selectors import seats_sold
 from queue_app.models import Event
 from queue_app.services import Token
 from ticketing import redis as r
-from ticketing.errors import ApiError
+from ticketing.errors import REDIS_ERRORS, ApiError
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +71,7 @@ def booking_reserve(
                 buyer_name=buyer_name,
                 buyer_email=buyer_email,
             )
-            transaction.on_commit(lambda: publish.publish_now(reservation))
+            transaction.on_commit(lambda: publish.publish_soon(reservation))
     except IntegrityError:
         # Either reconcile already wrote this very row (a slow request), or the
         # token holds a confirmed reservation Redis no longer knew about.
@@ -149,7 +148,7 @@ def _return_seats(reservation: Reservation) -> None:
             [k.seats, k.booked(str(reservation.token)), r.key(k.event_id, "booking", "returned", rid)],
             [rid, reservation.seat_count],
         )
-    except (redis.ConnectionError, redis.TimeoutError) as exc:  # the periodic reconcile retries
+    except REDIS_ERRORS as exc:  # the periodic reconcile retries
         log.error("seats of cancelled %s not returned yet: %s", rid, exc)
         return
     Reservation.objects.filter(pk=reservation.pk).update(seats_returned_at=timezone.now())

@@ -14,8 +14,14 @@ class EventForm(forms.ModelForm):
     class Meta:
         model = Event
         fields = [
-            "event_id", "name", "status", "total_seats", "admit_per_second", "active_window_seconds",
-            "max_active_users", "max_seats_per_booking",
+            "event_id",
+            "name",
+            "status",
+            "total_seats",
+            "admit_per_second",
+            "active_window_seconds",
+            "max_active_users",
+            "max_seats_per_booking",
         ]
 
     def clean_total_seats(self) -> int:

@@ -1,52 +1,49 @@
-"""The waiting room's JSON endpoints: parse, call a service, shape the envelope."""
+"""The waiting room's JSON endpoints: parse, call a service, shape the data.
+
+Served from the WSGI environ by ticketing.hotpath (these are the crowd's requests).
+"""
 
 from django.conf import settings
-from rest_framework.request import Request
-from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from queue_app import services
-from ticketing.errors import envelope, validation_error
+from ticketing.hotpath import Environ, Route, json_body, query
 from ticketing.ratelimit import rate_limit
 
-
-def json_object(request: Request) -> dict:
-    data = request.data
-    if not isinstance(data, dict):
-        raise validation_error("The body must be a JSON object.")
-    return data
+JOIN, REJOIN, LEAVE, POLL = "/api/queue/join", "/api/queue/rejoin", "/api/queue/leave", "/api/status/poll"
 
 
-def ok(data: dict) -> Response:
-    return Response(envelope(data))
+def join(environ: Environ) -> dict:
+    event_id = services.parse_event_id(json_body(environ).get("eventId"))
+    rate_limit(environ, "join", settings.RATE_LIMIT_JOIN)
+    return services.queue_join(event_id=event_id)
 
 
-class JoinView(APIView):
-    def post(self, request: Request) -> Response:
-        event_id = services.parse_event_id(json_object(request).get("eventId"))
-        rate_limit(request, "join", settings.RATE_LIMIT_JOIN)
-        return ok(services.queue_join(event_id=event_id))
+def rejoin(environ: Environ) -> dict:
+    body = json_body(environ)
+    token = services.parse_token(body.get("token"))
+    event_id = services.parse_event_id(body.get("eventId"))
+    rate_limit(environ, "join", settings.RATE_LIMIT_JOIN)
+    return services.queue_rejoin(event_id=event_id, token=token)
 
 
-class RejoinView(APIView):
-    def post(self, request: Request) -> Response:
-        body = json_object(request)
-        token = services.parse_token(body.get("token"))
-        event_id = services.parse_event_id(body.get("eventId"))
-        rate_limit(request, "join", settings.RATE_LIMIT_JOIN)
-        return ok(services.queue_rejoin(event_id=event_id, token=token))
+def leave(environ: Environ) -> dict:
+    q = query(environ)
+    token = services.parse_token(q.get("token"))
+    event_id = services.parse_event_id(q.get("eventId"))
+    rate_limit(environ, "leave", settings.RATE_LIMIT_LEAVE)
+    return services.queue_leave(event_id=event_id, token=token)
 
 
-class LeaveView(APIView):
-    def delete(self, request: Request) -> Response:
-        token = services.parse_token(request.query_params.get("token"))
-        event_id = services.parse_event_id(request.query_params.get("eventId"))
-        rate_limit(request, "leave", settings.RATE_LIMIT_LEAVE)
-        return ok(services.queue_leave(event_id=event_id, token=token))
+def poll(environ: Environ) -> dict:
+    q = query(environ)
+    token = services.parse_token(q.get("token"))
+    event_id = services.parse_event_id(q.get("eventId"))
+    return services.queue_poll(event_id=event_id, token=token)
 
 
-class PollView(APIView):
-    def get(self, request: Request) -> Response:
-        token = services.parse_token(request.query_params.get("token"))
-        event_id = services.parse_event_id(request.query_params.get("eventId"))
-        return ok(services.queue_poll(event_id=event_id, token=token))
+ROUTES: dict[str, Route] = {
+    JOIN: Route("POST", join),
+    REJOIN: Route("POST", rejoin),
+    LEAVE: Route("DELETE", leave),
+    POLL: Route("GET", poll),
+}

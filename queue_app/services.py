@@ -196,6 +196,7 @@ def events_admit() -> list[Tick]:
     event_ids = sorted(e.decode() for e in r.client().smembers(r.EVENTS_KEY))
     if not event_ids:
         return []
+    r.load("admit")
     pipe = r.client().pipeline(transaction=False)
     for event_id in event_ids:
         r.run("admit", *_admit_args(event_id), on=pipe)
@@ -217,15 +218,16 @@ def queue_join_many(*, event_id: str, count: int, chunk: int = 10_000) -> None:
     """Put `count` fresh tokens in line through the join script, pipelined: the way
     load tests and drills fill a line with millions without HTTP."""
     k = r.EventKeys(event_id)
-    client = r.client()
-    sha = client.script_load(r.script("join").script)
+    r.load("join")
     while count > 0:
-        pipe = client.pipeline(transaction=False)
+        pipe = r.client().pipeline(transaction=False)
         for _ in range(min(chunk, count)):
-            token = uuid.uuid4()
-            raw = token.bytes
-            pipe.execute_command(
-                "EVALSHA", sha, 6, k.meta, k.seq, k.line, k.bucket(raw), k.active, k.booked(str(token)), raw
+            token = Token.new()
+            r.run(
+                "join",
+                [k.meta, k.seq, k.line, k.bucket(token.raw), k.active, k.booked(token.text)],
+                [token.raw],
+                on=pipe,
             )
         count -= len(pipe.execute())
 

@@ -15,6 +15,9 @@ from rest_framework.response import Response
 
 log = logging.getLogger(__name__)
 
+# Redis unreachable or too slow: the client should retry, nothing is wrong with it.
+REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+
 
 class ApiError(Exception):
     """A refusal the client should see: HTTP status, stable code, human message."""
@@ -41,7 +44,8 @@ def envelope(data: dict) -> dict:
     return {"success": True, "data": data}
 
 
-def _from_exception(exc: Exception) -> ApiError | None:
+def api_error_for(exc: Exception) -> ApiError | None:
+    """The client's view of an exception; None for a bug (a 500)."""
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, RequestDataTooBig):
@@ -64,7 +68,7 @@ def _from_exception(exc: Exception) -> ApiError | None:
         return ApiError(exc.status_code, exc.default_code.upper(), str(exc.detail))
     if isinstance(exc, SuspiciousOperation):
         return ApiError(400, "BAD_REQUEST", "The request was refused.")
-    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+    if isinstance(exc, REDIS_ERRORS):
         # Not the client's fault, and not a bug: say "try again" rather than 500.
         log.error("Redis unavailable: %s", exc)
         return ApiError(503, "REDIS_UNAVAILABLE", "The waiting room is briefly unavailable; try again.")
@@ -72,7 +76,7 @@ def _from_exception(exc: Exception) -> ApiError | None:
 
 
 def drf_exception_handler(exc: Exception, context: dict) -> Response | None:
-    err = _from_exception(exc)
+    err = api_error_for(exc)
     if err is None:
         return None  # a bug: Django's handler500 renders it
     return Response(err.body(), status=err.status, headers=err.headers)
@@ -96,7 +100,7 @@ def _page(request: HttpRequest, status: int, code: str, message: str) -> HttpRes
 
 
 def handler400(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-    err = (_from_exception(exception) if exception else None) or ApiError(400, "BAD_REQUEST", "Bad request.")
+    err = (api_error_for(exception) if exception else None) or ApiError(400, "BAD_REQUEST", "Bad request.")
     return _page(request, err.status, err.code, err.message)
 
 

@@ -2,10 +2,10 @@
 
 import ipaddress
 import math
+from collections.abc import Mapping
 from functools import lru_cache
 
 from django.conf import settings
-from django.http import HttpRequest
 
 from ticketing import redis as r
 from ticketing.errors import ApiError
@@ -22,17 +22,17 @@ def _trusted(address: str) -> bool:
     return any(ip in net for net in settings.TRUSTED_PROXIES)
 
 
-def client_ip(request: HttpRequest) -> str:
+def client_ip(meta: Mapping) -> str:
     """The address of the person, not of our load balancer.
 
     X-Forwarded-For is believed only when the peer is a trusted proxy, and then
     read from the right: each trusted hop appended the address it saw, and the
     first untrusted one is the client. Anything further left could be forged.
     """
-    peer = request.META.get("REMOTE_ADDR", "")
+    peer = meta.get("REMOTE_ADDR", "")
     if not _trusted(peer):
         return peer
-    hops = [h.strip() for h in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")]
+    hops = [h.strip() for h in meta.get("HTTP_X_FORWARDED_FOR", "").split(",")]
     hops = [h for h in hops if h]
     for hop in reversed(hops):
         if not _trusted(hop):
@@ -40,11 +40,11 @@ def client_ip(request: HttpRequest) -> str:
     return hops[0] if hops else peer
 
 
-def rate_limit(request: HttpRequest, scope: str, per_second: int) -> None:
+def rate_limit(meta: Mapping, scope: str, per_second: int) -> None:
     """Refuse with 429 RATE_LIMIT past `per_second` requests; 0 turns the limit off."""
     if per_second <= 0:
         return
-    counter = f"ticket:ratelimit:{scope}:{client_ip(request)}"
+    counter = f"ticket:ratelimit:{scope}:{client_ip(meta)}"
     allowed, reset_ms = r.run("ratelimit", [counter], [per_second, WINDOW_MS])
     if not allowed:
         raise ApiError(

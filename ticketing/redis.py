@@ -4,14 +4,16 @@ Every key of an event carries the hash tag `{<eventId>}` so that all of them liv
 one Redis Cluster slot and a script may touch them together.
 """
 
+import hashlib
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import redis
 from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django_redis import get_redis_connection
-from redis.commands.core import Script
 
 LUA_DIR = Path(settings.BASE_DIR) / "lua"
 
@@ -24,9 +26,26 @@ EVENTS_KEY = "ticket:events"
 TOKEN_BUCKET_BYTES = 2
 
 
+_client: redis.Redis | None = None
+
+
 def client() -> redis.Redis:
-    """The process-wide Redis client (django-redis' pool, hiredis parser)."""
-    return get_redis_connection("default")
+    """The process-wide Redis client (django-redis' pool, hiredis parser).
+
+    Kept here once fetched: asking django-redis every time costs more than a poll's
+    own Redis round trip.
+    """
+    global _client
+    if _client is None:
+        _client = get_redis_connection("default")
+    return _client
+
+
+@receiver(setting_changed)
+def _forget_client(*, setting: str, **kwargs: Any) -> None:
+    global _client
+    if setting == "CACHES":  # tests point the app at another server
+        _client = None
 
 
 def now_ms() -> int:
@@ -87,16 +106,39 @@ class EventKeys:
         return key(self.event_id, "*")
 
 
+class Script:
+    """A Lua script of `lua/`, run by its SHA: one round trip in the normal case."""
+
+    __slots__ = ("name", "source", "sha")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.source = (LUA_DIR / f"{name}.lua").read_bytes()
+        self.sha = hashlib.sha1(self.source).hexdigest()
+
+    def __call__(self, keys: list[str], args: list[Any], on: Any) -> Any:
+        try:
+            return on.evalsha(self.sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:
+            # A restarted or flushed server: load the source once, then by SHA again.
+            on.script_load(self.source)
+            return on.evalsha(self.sha, len(keys), *keys, *args)
+
+
 @cache
 def script(name: str) -> Script:
-    """The Lua script `lua/<name>.lua`.
+    return Script(name)
 
-    redis-py's Script runs it by SHA and, on NOSCRIPT (a restarted or flushed
-    server), loads the source once and retries: one round trip in the normal case.
-    """
-    return Script(client(), (LUA_DIR / f"{name}.lua").read_text())
+
+def load(name: str) -> None:
+    """Make sure the server has the script, before queueing it in a pipeline
+    (NOSCRIPT cannot be caught per command there). SCRIPT LOAD is idempotent."""
+    client().script_load(script(name).source)
 
 
 def run(name: str, keys: list[str], args: list[Any], *, on: Any = None) -> Any:
-    """Run a script on the default client (or on `on`, a pipeline or another client)."""
-    return script(name)(keys=keys, args=args, client=client() if on is None else on)
+    """Run a script on the default client, or on `on`: another client, or a pipeline
+    (after `load(name)`), where it is queued rather than run."""
+    if isinstance(on, redis.client.Pipeline):
+        return on.evalsha(script(name).sha, len(keys), *keys, *args)
+    return script(name)(keys, args, client() if on is None else on)

@@ -160,7 +160,9 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
 else:
     DATABASES["default"]["CONN_MAX_AGE"] = _int("DB_CONN_MAX_AGE", 60)
-    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+    # No SELECT 1 before each request's first query: a connection that died shows as
+    # a failed query (a booking answers 503 and is undone) and is replaced.
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
     # A booking's write must fail fast, well inside the window in which it may
     # still undo its Redis step (half of BOOKING_RECONCILE_GRACE_SEC).
     DATABASES["default"].setdefault("OPTIONS", {}).update(
@@ -182,6 +184,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # The hot endpoints (join, rejoin, leave, poll, book) answer here, before the rest.
+    "ticketing.hotpath.HotPathMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

@@ -6,7 +6,6 @@ from django.urls import include, path
 
 from booking_app import api as booking_api
 from booking_app import views as booking_views
-from queue_app import api as queue_api
 from queue_app import views as queue_views
 
 
@@ -22,11 +21,7 @@ def health(request: HttpRequest) -> JsonResponse:
 
 urlpatterns = [
     path("health", health),
-    path("api/queue/join", queue_api.JoinView.as_view(), name="api-join"),
-    path("api/queue/rejoin", queue_api.RejoinView.as_view(), name="api-rejoin"),
-    path("api/queue/leave", queue_api.LeaveView.as_view(), name="api-leave"),
-    path("api/status/poll", queue_api.PollView.as_view(), name="api-poll"),
-    path("api/booking", booking_api.BookingView.as_view()),
+    # POST /api/booking, /api/queue/* and /api/status/poll: ticketing.hotpath, ahead of this.
     path("api/booking/<str:reservation_id>", booking_api.CancelView.as_view()),
     path("admin/", admin.site.urls),
     path("i18n/", include("django.conf.urls.i18n")),

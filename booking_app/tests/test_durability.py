@@ -46,15 +46,13 @@ def _post(base: str, payload: dict) -> tuple[int, dict]:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_1000_concurrent_bookings_on_100_seats_sell_exactly_100(
-    postgres, live_server, make_event, active_tokens
-):
+def test_1000_concurrent_bookings_on_100_seats_sell_exactly_100(postgres, server, make_event, active_tokens):
     event = make_event(total_seats=100, max_seats_per_booking=4)
     tokens = active_tokens(event, 1000)
     payloads = [{"token": t, "seatCount": 1 + i % 3, "eventId": event.event_id} for i, t in enumerate(tokens)]
-    # 40 clients at once: more would exceed Postgres' connection limit (one per server thread).
-    with ThreadPoolExecutor(max_workers=40) as pool:
-        results = list(pool.map(lambda p: _post(live_server.url, p), payloads))
+    base, _ = server  # gunicorn, as in production
+    with ThreadPoolExecutor(max_workers=64) as pool:
+        results = list(pool.map(lambda p: _post(base, p), payloads))
     codes = {}
     for status, body in results:
         code = "OK" if body["success"] else body["error"]["code"]
@@ -274,6 +272,7 @@ def test_booking_completed_reaches_rabbitmq(postgres, rabbitmq, api, make_event,
     event = make_event(total_seats=10)
     token = active_tokens(event, 1)[0]
     rid = book(api, token, event.event_id, 2)[1]["data"]["reservationId"]
+    assert publish.wait_until_sent()
     messages = _consume(rabbitmq)
     assert messages == [
         {
@@ -305,7 +304,8 @@ def test_a_broker_outage_never_fails_a_booking(postgres, rabbitmq, api, make_eve
         started = time.monotonic()
         results = [book(api, t, event.event_id, 1) for t in tokens]
         assert [s for s, _ in results] == [200, 200, 200]
-        assert time.monotonic() - started < 10  # one failed attempt, then the breaker skips it
+        assert time.monotonic() - started < 2  # the requests never wait for the broker
+        assert publish.wait_until_sent(30)  # the publisher tried, failed, and gave up
         assert Reservation.objects.filter(published_at__isnull=True).count() == 3
     finally:
         _point_broker_at(settings.BROKER_URL)  # the broker is back

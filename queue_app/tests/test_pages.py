@@ -64,8 +64,11 @@ def test_the_booking_form_is_csrf_protected(make_event):
     browser = Client(enforce_csrf_checks=True)
     browser.cookies[token_cookie(event.event_id)] = token
     assert browser.get(f"/events/{event.event_id}/book/").status_code == 200
-    resp = browser.post(f"/events/{event.event_id}/book/",
-                        {"seat_count": 1, "buyer_name": "A", "buyer_email": "a@example.com"}, **HTML)
+    resp = browser.post(
+        f"/events/{event.event_id}/book/",
+        {"seat_count": 1, "buyer_name": "A", "buyer_email": "a@example.com"},
+        **HTML,
+    )
     assert resp.status_code == 403
     assert int(r.client().get(r.EventKeys(event.event_id).seats)) == 100
 
@@ -77,11 +80,14 @@ def test_the_booking_form_books_and_validates(client, make_event):
     client.cookies[token_cookie(event.event_id)] = token
     page = client.get(f"/events/{event.event_id}/book/").content.decode()
     assert '<option value="3">' in page and '<option value="4">' not in page  # no more than left
-    bad = client.post(f"/events/{event.event_id}/book/", {"seat_count": 1, "buyer_name": "A",
-                                                          "buyer_email": "not-an-email"})
+    bad = client.post(
+        f"/events/{event.event_id}/book/", {"seat_count": 1, "buyer_name": "A", "buyer_email": "not-an-email"}
+    )
     assert bad.status_code == 200 and b"Enter a valid email address." in bad.content
-    resp = client.post(f"/events/{event.event_id}/book/",
-                       {"seat_count": 2, "buyer_name": "Park", "buyer_email": "park@example.com"})
+    resp = client.post(
+        f"/events/{event.event_id}/book/",
+        {"seat_count": 2, "buyer_name": "Park", "buyer_email": "park@example.com"},
+    )
     assert resp.status_code == 302 and "/reservations/" in resp.url
     confirmation = client.get(resp.url).content.decode()
     assert "Reservation confirmed" in confirmation and "Park" in confirmation
@@ -104,7 +110,7 @@ def test_the_admin_shows_live_numbers(operator, make_event, api):
     admit_all(event.event_id)
     book(api, tokens[0], event.event_id, 3)
     html = operator.get("/admin/queue_app/event/").content.decode()
-    row = html[html.index(event.event_id):]
+    row = html[html.index(event.event_id) :]
     row = row[: row.index("</tr>")]
     cells = [c.split(">")[-1] for c in row.split("</td>")[:-1]]
     # waiting, active, seats left, admitted in the last minute, bookings
@@ -127,8 +133,13 @@ def test_admin_changes_the_rate_live(operator, make_event, api):
     for _ in range(10):
         api.token(event.event_id)
     data = {
-        "event_id": event.event_id, "name": "", "status": "OPEN", "total_seats": 100,
-        "admit_per_second": 4, "active_window_seconds": 180, "max_active_users": 0,
+        "event_id": event.event_id,
+        "name": "",
+        "status": "OPEN",
+        "total_seats": 100,
+        "admit_per_second": 4,
+        "active_window_seconds": 180,
+        "max_active_users": 0,
         "max_seats_per_booking": 4,
     }
     resp = operator.post(f"/admin/queue_app/event/{event.pk}/change/", data)
@@ -143,8 +154,13 @@ def test_admin_refuses_fewer_seats_than_sold(operator, make_event, api):
     admit_all(event.event_id)
     book(api, token, event.event_id, 4)
     data = {
-        "event_id": event.event_id, "name": "", "status": "OPEN", "total_seats": 3,
-        "admit_per_second": 70, "active_window_seconds": 180, "max_active_users": 0,
+        "event_id": event.event_id,
+        "name": "",
+        "status": "OPEN",
+        "total_seats": 3,
+        "admit_per_second": 70,
+        "active_window_seconds": 180,
+        "max_active_users": 0,
         "max_seats_per_booking": 4,
     }
     resp = operator.post(f"/admin/queue_app/event/{event.pk}/change/", data)
