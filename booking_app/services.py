@@ -220,21 +220,17 @@ def booking_reconcile(event_id: str) -> Report:
             report.refused.append(rid)
         r.client().xdel(k.outbox, entry_id)
 
-    for reservation in Reservation.objects.filter(
+    unreturned = Reservation.objects.filter(
         event_id=event_id, status=Reservation.Status.CANCELLED, seats_returned_at__isnull=True
-    ):
+    )
+    for reservation in unreturned:
         _return_seats(reservation)
 
     seats_left = r.client().get(k.seats)
     report.seats_left = int(seats_left) if seats_left is not None else None
     report.sold = seats_sold(event_id)
     report.pending = sum(int(f[b"seats"]) for _, f in _outbox(k))
-    report.unreturned = (
-        Reservation.objects.filter(
-            event_id=event_id, status=Reservation.Status.CANCELLED, seats_returned_at__isnull=True
-        ).aggregate(n=Sum("seat_count"))["n"]
-        or 0
-    )
+    report.unreturned = unreturned.aggregate(n=Sum("seat_count"))["n"] or 0  # a fresh query
     if not report.consistent:
         log.error("%s", report.lines()[0])
     return report

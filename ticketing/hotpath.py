@@ -78,11 +78,12 @@ def routes() -> dict[str, Route]:
     return _ROUTES
 
 
-def answer(environ: Environ) -> Answer | None:
-    """The response to a hot-path request, or None when the path is not one."""
-    route = routes().get(str(environ.get("PATH_INFO", "")))
-    if route is None:
-        return None
+def route_for(environ: Environ) -> Route | None:
+    """The hot-path route of a request, or None when its path is not one."""
+    return routes().get(str(environ.get("PATH_INFO", "")))
+
+
+def respond(route: Route, environ: Environ) -> Answer:
     method, handler, _ = route
     headers = [("Content-Type", "application/json"), ("X-Content-Type-Options", "nosniff")]
     if environ.get("REQUEST_METHOD") != method:
@@ -106,17 +107,17 @@ class HotPaths:
         self.app = app
 
     def __call__(self, environ: dict, start_response: Callable) -> Iterable[bytes]:
-        route = routes().get(str(environ.get("PATH_INFO", "")))
+        route = route_for(environ)
         if route is None:
             return self.app(environ, start_response)
         if not route.database:
-            status, headers, body = answer(environ)
+            status, headers, body = respond(route, environ)
         else:
             # Django's request signals, as its own handler sends them: they drop
             # broken or expired database connections.
             request_started.send(sender=self.__class__, environ=environ)
             try:
-                status, headers, body = answer(environ)
+                status, headers, body = respond(route, environ)
             finally:
                 request_finished.send(sender=self.__class__)
         start_response(
@@ -132,8 +133,8 @@ class HotPathMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        result = answer(request.META)
-        if result is None:
+        route = route_for(request.META)
+        if route is None:
             return self.get_response(request)
-        status, headers, body = result
+        status, headers, body = respond(route, request.META)
         return HttpResponse(body, status=status, headers=dict(headers))

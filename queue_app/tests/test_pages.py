@@ -128,21 +128,27 @@ def test_admin_actions_open_pause_close(operator, make_event, api):
             assert api.join(event.event_id)[1]["error"]["code"] == "EVENT_CLOSED"
 
 
+def _change_event(operator, event, **changes):
+    """Submit the admin's change form for the event, with `changes` over its values."""
+    fields = (
+        "event_id",
+        "name",
+        "status",
+        "total_seats",
+        "admit_per_second",
+        "active_window_seconds",
+        "max_active_users",
+        "max_seats_per_booking",
+    )
+    data = {f: getattr(event, f) for f in fields} | changes
+    return operator.post(f"/admin/queue_app/event/{event.pk}/change/", data)
+
+
 def test_admin_changes_the_rate_live(operator, make_event, api):
     event = make_event(admit_per_second=1)
     for _ in range(10):
         api.token(event.event_id)
-    data = {
-        "event_id": event.event_id,
-        "name": "",
-        "status": "OPEN",
-        "total_seats": 100,
-        "admit_per_second": 4,
-        "active_window_seconds": 180,
-        "max_active_users": 0,
-        "max_seats_per_booking": 4,
-    }
-    resp = operator.post(f"/admin/queue_app/event/{event.pk}/change/", data)
+    resp = _change_event(operator, event, admit_per_second=4)
     assert resp.status_code == 302
     admit_all(event.event_id)
     assert services.event_live_numbers(event.event_id)["active"] == 4  # the next tick used it
@@ -153,17 +159,7 @@ def test_admin_refuses_fewer_seats_than_sold(operator, make_event, api):
     token = api.token(event.event_id)
     admit_all(event.event_id)
     book(api, token, event.event_id, 4)
-    data = {
-        "event_id": event.event_id,
-        "name": "",
-        "status": "OPEN",
-        "total_seats": 3,
-        "admit_per_second": 70,
-        "active_window_seconds": 180,
-        "max_active_users": 0,
-        "max_seats_per_booking": 4,
-    }
-    resp = operator.post(f"/admin/queue_app/event/{event.pk}/change/", data)
+    resp = _change_event(operator, event, total_seats=3)
     assert resp.status_code == 200
     assert b"4 seats are already sold" in resp.content
     assert Event.objects.get(pk=event.pk).total_seats == 10
