@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench chaos clean
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	@$(PYTHON) -c 'import sys; sys.exit("Python 3.11+ is needed, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -27,6 +27,13 @@ lint: $(BIN)/.installed
 bench: $(BIN)/.installed
 	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+# The fault-injection soak (docs/reliability.md): CHAOS_RUNS runs with random seeds;
+# CHAOS_SEED=<n> CHAOS_SCENARIO=<name> replays one. Needs Postgres (DATABASE_URL).
+CHAOS_RUNS ?= 50
+chaos: $(BIN)/.installed
+	CHAOS_RUNS=$(CHAOS_RUNS) $(BIN)/python -m ticketing.devstack exec -- \
+		$(BIN)/python -m pytest booking_app/tests/test_chaos.py -p no:randomly -q -s --durations=0 $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) var

@@ -11,6 +11,10 @@ class Reservation(models.Model):
     class Status(models.TextChoices):
         CONFIRMED = "CONFIRMED"
         CANCELLED = "CANCELLED"
+        # Decided against: Postgres refused it or could not save it, and its client was
+        # told so. The row stays so that nothing (a retry, reconcile, a Redis restored
+        # from an older snapshot) can confirm the same reservation id later.
+        VOID = "VOID", "void (never confirmed)"
 
     reservation_id = models.UUIDField(unique=True, default=uuid.uuid4, editable=False)
     event = models.ForeignKey(

@@ -109,7 +109,10 @@ def wait_until_sent(timeout: float = 10) -> bool:
 
 def publish_pending(limit: int = 1000) -> int:
     """Send every confirmed reservation not yet published (oldest first)."""
-    batch = list(Reservation.objects.filter(published_at__isnull=True).order_by("created_at")[:limit])
+    unpublished = Reservation.objects.filter(published_at__isnull=True).exclude(
+        status=Reservation.Status.VOID
+    )
+    batch = list(unpublished.order_by("created_at")[:limit])
     if batch:
         _send(batch)
     return len(batch)

@@ -1,29 +1,40 @@
-"""Booking: an atomic check-and-decrement in Redis, then the durable row in Postgres.
+"""Booking: an atomic check-and-decrement in Redis, then the decision in Postgres.
 
-A booking is confirmed to the client only after the Postgres commit. Between the two
-steps the booking waits in the event's outbox stream; if the process dies there,
-`booking_reconcile` writes it later. If the write fails, `reserve_undo.lua` gives the
-seats and the active window back.
+1. `lua/reserve.lua` takes the seats in Redis and appends the booking, with every
+   field its row needs, to the event's outbox stream.
+2. Postgres decides, once: the row is written CONFIRMED (and the event's seat ledger
+   moves in the same transaction), or VOID when it cannot be. The reservation id is
+   unique, so whoever writes it first (the request, its own retry after an unknown
+   commit, or reconcile) decides, and everyone after reads that decision.
+3. Redis follows the decision: a confirmed booking leaves the outbox
+   (`lua/outbox_done.lua`); a refused one gives back what it took in one step
+   (`lua/release.lua`).
+
+A client hears CONFIRMED only after the commit, BOOKING_NOT_SAVED only after a VOID
+row made sure it can never be confirmed, and BOOKING_PENDING when Postgres could not
+be asked: then the outbox entry waits for reconcile (booking_app/reconcile.py).
 """
 
+import dataclasses
 import logging
+import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from django.conf import settings
-from django.db import DatabaseError, IntegrityError, transaction
-from django.db.models import Sum
+from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from booking_app import publish
 from booking_app.models import Reservation
-from booking_app.selectors import seats_sold
 from queue_app.models import Event
 from queue_app.services import Token
 from ticketing import redis as r
 from ticketing.errors import REDIS_ERRORS, ApiError
 
 log = logging.getLogger(__name__)
+
+CONFIRMED, ALREADY_BOOKED, NO_ROOM, NOT_SAVED = "CONFIRMED", "ALREADY_BOOKED", "NO_ROOM", "NOT_SAVED"
 
 _REFUSALS = {
     "EVENT_NOT_FOUND": (404, "No such event."),
@@ -34,25 +45,193 @@ _REFUSALS = {
 }
 
 
-def _grace_ms() -> int:
-    return settings.BOOKING_RECONCILE_GRACE_SEC * 1000
+@dataclass(frozen=True, slots=True)
+class Booking:
+    """One booking as the outbox carries it: everything its row needs."""
+
+    reservation_id: uuid.UUID
+    event_id: str
+    token: str
+    seat_count: int
+    buyer_name: str = ""
+    buyer_email: str = ""
+    window_end: int = 0  # the active window it used (ms), given back if it is refused
+
+    @classmethod
+    def from_outbox(cls, event_id: str, fields: dict[bytes, bytes]) -> "Booking":
+        return cls(
+            uuid.UUID(fields[b"reservationId"].decode()),
+            event_id,
+            fields[b"token"].decode(),
+            int(fields[b"seats"]),
+            fields.get(b"buyerName", b"").decode(),
+            fields.get(b"buyerEmail", b"").decode(),
+            int(fields.get(b"windowEnd", 0)),
+        )
+
+    @property
+    def token_raw(self) -> bytes:
+        return uuid.UUID(self.token).bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """How Postgres decided a booking."""
+
+    outcome: str  # CONFIRMED, ALREADY_BOOKED, NO_ROOM or NOT_SAVED
+    reservation: Reservation | None = None  # the confirmed row: this booking's, or the token's earlier one
+    seats_free: int = 0  # for NO_ROOM: seats Postgres still has
+
+
+class _NoRoom(Exception):
+    pass
+
+
+def _take_seats(event_id: str, seats: int) -> bool:
+    """Move the ledger, or refuse: one conditional UPDATE on the event's row, so
+    concurrent bookings queue on its lock and the check and the move are one step."""
+    return bool(
+        Event.objects.filter(event_id=event_id, seats_sold__lte=F("total_seats") - seats).update(
+            seats_sold=F("seats_sold") + seats
+        )
+    )
+
+
+def _record(b: Booking) -> Decision:
+    """Write the booking CONFIRMED, or learn how it was decided before."""
+    try:
+        with transaction.atomic():
+            row = Reservation.objects.create(
+                reservation_id=b.reservation_id,
+                event_id=b.event_id,
+                token=b.token,
+                seat_count=b.seat_count,
+                buyer_name=b.buyer_name,
+                buyer_email=b.buyer_email,
+            )
+            # Last, so the event's row is locked only for the commit itself.
+            if not _take_seats(b.event_id, b.seat_count):
+                raise _NoRoom
+            transaction.on_commit(lambda: publish.publish_soon(row))
+        return Decision(CONFIRMED, row)
+    except _NoRoom:
+        total, sold = Event.objects.values_list("total_seats", "seats_sold").get(event_id=b.event_id)
+        return _void(b, Decision(NO_ROOM, seats_free=total - sold))
+    except IntegrityError:
+        pass
+    # This id was decided before, or the token already holds a confirmed reservation
+    # (Redis had lost its booking mark).
+    decided = Reservation.objects.filter(reservation_id=b.reservation_id).first()
+    if decided is not None:
+        return decision_of(decided)
+    existing = Reservation.objects.filter(
+        event_id=b.event_id, token=b.token, status=Reservation.Status.CONFIRMED
+    ).first()
+    if existing is None:
+        raise DatabaseError(f"reservation {b.reservation_id} refused by a constraint")
+    return _void(b, Decision(ALREADY_BOOKED, existing))
+
+
+def _void(b: Booking, decision: Decision) -> Decision:
+    """Settle the id as never confirmed before anyone is told so; if it was decided
+    meanwhile (a commit that did apply after all), that decision stands."""
+    try:
+        with transaction.atomic():
+            Reservation.objects.create(
+                reservation_id=b.reservation_id,
+                event_id=b.event_id,
+                token=b.token,
+                seat_count=b.seat_count,
+                status=Reservation.Status.VOID,
+            )
+    except IntegrityError:
+        decided = Reservation.objects.filter(reservation_id=b.reservation_id).first()
+        if decided is None:
+            raise
+        return decision_of(decided)
+    return decision
+
+
+def decision_of(row: Reservation) -> Decision:
+    """The decision an existing row records."""
+    if row.status != Reservation.Status.VOID:
+        return Decision(CONFIRMED, row)
+    confirmed = Reservation.objects.filter(
+        event_id=row.event_id, token=row.token, status=Reservation.Status.CONFIRMED
+    ).first()
+    return Decision(ALREADY_BOOKED, confirmed) if confirmed else Decision(NOT_SAVED)
+
+
+def booking_decide(b: Booking) -> Decision | None:
+    """Decide the booking in Postgres; None when Postgres cannot be asked.
+
+    A lost connection leaves the outcome unknown (a COMMIT may have applied without
+    its acknowledgement): never guess, ask again on a fresh connection, where the
+    unique reservation id settles it. An error Postgres answered means the row will
+    not be written: it is settled as VOID.
+    """
+    for attempt in (1, 2):
+        try:
+            return _record(b)
+        except (OperationalError, InterfaceError) as exc:
+            log.warning("booking %s: no answer from Postgres (try %d): %s", b.reservation_id, attempt, exc)
+            if not connection.in_atomic_block:
+                connection.close()  # the next query opens a fresh one
+        except DatabaseError as exc:
+            log.error("booking %s refused by Postgres: %s", b.reservation_id, exc)
+            break
+    else:
+        return None
+    try:
+        return _void(b, Decision(NOT_SAVED))
+    except DatabaseError as exc:
+        log.error("booking %s could not be voided: %s", b.reservation_id, exc)
+        return None
+
+
+def release(k: r.EventKeys, entry_id: bytes | str, b: Booking, decision: Decision) -> bool:
+    """Give back what the Redis step of a refused booking took, exactly once.
+
+    NO_ROOM keeps the seats taken: Postgres had none, so the count in Redis was too
+    high. ALREADY_BOOKED points the token's mark at its confirmed reservation and
+    gives no window back, so it cannot try again.
+    """
+    existing = decision.reservation if decision.outcome == ALREADY_BOOKED else None
+    give = 0 if decision.outcome == NO_ROOM else b.seat_count
+    return bool(
+        r.run(
+            "release",
+            [k.outbox, k.seats, k.booked(b.token), k.active],
+            [
+                entry_id,
+                str(b.reservation_id),
+                give,
+                b.token_raw,
+                b.window_end if existing is None else 0,
+                str(existing.reservation_id) if existing else "",
+            ],
+        )
+    )
+
+
+def outbox_done(k: r.EventKeys, entry_id: bytes | str) -> bool:
+    """Take a confirmed booking's entry out of the outbox; False leaves it to reconcile."""
+    return r.run("outbox_done", [k.outbox, k.recount], [entry_id]) == 1
 
 
 def booking_reserve(
     *, event_id: str, token: Token, seat_count: int, buyer_name: str = "", buyer_email: str = ""
 ) -> dict:
     k = r.EventKeys(event_id)
-    reservation_id = uuid.uuid4()
+    b = Booking(uuid.uuid4(), event_id, token.text, seat_count, buyer_name, buyer_email)
     reply = r.run(
         "reserve",
         [k.meta, k.active, k.booked(token.text), k.seats, k.outbox],
-        [token.raw, token.text, seat_count, str(reservation_id)],
+        [token.raw, token.text, seat_count, str(b.reservation_id), buyer_name, buyer_email],
     )
     outcome = reply[0].decode()
     if outcome == "ALREADY_BOOKED":
-        raise ApiError(
-            409, "ALREADY_BOOKED", "This token has already booked.", reservationId=reply[1].decode()
-        )
+        raise _already_booked(reply[1].decode())
     if outcome == "VALIDATION_ERROR":
         raise ApiError(400, "VALIDATION_ERROR", f"seatCount must be between 1 and {reply[1]}.")
     if outcome in _REFUSALS:
@@ -60,207 +239,110 @@ def booking_reserve(
         extra = {"remainingSeats": reply[1]} if outcome == "INSUFFICIENT_SEATS" else {}
         raise ApiError(status, outcome, message, **extra)
     _, seats_left, entry_id, window_end = reply
+    b = dataclasses.replace(b, window_end=int(window_end))
 
+    decision = booking_decide(b)
+    if decision is None:
+        raise ApiError(
+            503,
+            "BOOKING_PENDING",
+            "The booking is being confirmed; poll to see it.",
+            reservationId=str(b.reservation_id),
+        )
+    if decision.outcome == CONFIRMED:
+        try:
+            outbox_done(k, entry_id)
+        except REDIS_ERRORS as exc:  # committed: the leftover entry is reconcile's to remove
+            log.warning("booking %s confirmed; its outbox entry stays: %s", b.reservation_id, exc)
+        return {
+            "reservationId": str(b.reservation_id),
+            "seatCount": seat_count,
+            "remainingSeats": seats_left,
+            "eventId": event_id,
+            "status": Reservation.Status.CONFIRMED,
+        }
     try:
-        with transaction.atomic():
-            reservation = Reservation.objects.create(
-                reservation_id=reservation_id,
-                event_id=event_id,
-                token=token.text,
-                seat_count=seat_count,
-                buyer_name=buyer_name,
-                buyer_email=buyer_email,
-            )
-            transaction.on_commit(lambda: publish.publish_soon(reservation))
-    except IntegrityError:
-        # Either reconcile already wrote this very row (a slow request), or the
-        # token holds a confirmed reservation Redis no longer knew about.
-        if not Reservation.objects.filter(reservation_id=reservation_id).exists():
-            existing = Reservation.objects.filter(
-                event_id=event_id, token=token.text, status=Reservation.Status.CONFIRMED
-            ).first()
-            _undo(k, token, reservation_id, seat_count, entry_id, window_end)
-            raise ApiError(
-                409,
-                "ALREADY_BOOKED",
-                "This token has already booked.",
-                reservationId=str(existing.reservation_id) if existing else None,
-            ) from None
-    except DatabaseError as exc:
-        log.error("booking %s not saved: %s", reservation_id, exc)
-        if _undo(k, token, reservation_id, seat_count, entry_id, window_end):
-            raise ApiError(
-                503, "BOOKING_NOT_SAVED", "The booking could not be saved; nothing was booked. Try again."
-            ) from None
-        raise ApiError(503, "BOOKING_PENDING", "The booking is being confirmed; poll to see it.") from None
-    r.client().xdel(k.outbox, entry_id)  # durable now: the outbox need not carry it
-    return {
-        "reservationId": str(reservation_id),
-        "seatCount": seat_count,
-        "remainingSeats": seats_left,
-        "eventId": event_id,
-        "status": Reservation.Status.CONFIRMED,
-    }
-
-
-def _undo(
-    k: r.EventKeys, token: Token, reservation_id: uuid.UUID, seats: int, entry_id: bytes, window_end: bytes
-) -> bool:
-    outcome = r.run(
-        "reserve_undo",
-        [k.seats, k.booked(token.text), k.active, k.outbox],
-        [token.raw, str(reservation_id), seats, entry_id, window_end, _grace_ms() // 2],
+        release(k, entry_id, b, decision)
+    except REDIS_ERRORS as exc:  # the row is VOID: reconcile releases the entry
+        log.warning("booking %s refused; its outbox entry stays: %s", b.reservation_id, exc)
+    if decision.outcome == ALREADY_BOOKED:
+        raise _already_booked(str(decision.reservation.reservation_id))
+    if decision.outcome == NO_ROOM:
+        if decision.seats_free <= 0:
+            raise ApiError(409, "SOLD_OUT", _REFUSALS["SOLD_OUT"][1])
+        raise ApiError(
+            409, "INSUFFICIENT_SEATS", _REFUSALS["INSUFFICIENT_SEATS"][1], remainingSeats=decision.seats_free
+        )
+    raise ApiError(
+        503,
+        "BOOKING_NOT_SAVED",
+        "The booking could not be saved; nothing was booked. Try again.",
+        reservationId=str(b.reservation_id),
     )
-    return outcome == b"UNDONE"
+
+
+def _already_booked(reservation_id: str) -> ApiError:
+    return ApiError(409, "ALREADY_BOOKED", "This token has already booked.", reservationId=reservation_id)
 
 
 # --- Cancellation ----------------------------------------------------------------
+
+# A seat recount holds returns back for a few milliseconds: wait that out before
+# leaving the return to reconcile.
+_RECOUNT_RETRIES = 20
+_RECOUNT_WAIT_SEC = 0.025
 
 
 def booking_cancel(*, reservation_id: uuid.UUID, token: str | None = None) -> Reservation:
     """Cancel a confirmed reservation and give its seats back.
 
-    Postgres first (compare-and-set on the status), then Redis: if Redis is down in
-    between, the seats are missing (never oversold) until `booking_reconcile` returns
-    them, and cancel.lua makes that return happen exactly once.
+    Postgres first (a compare-and-set on the status, and the ledger, in one
+    transaction), then Redis: if Redis fails in between, the seats are missing (never
+    oversold) until reconcile returns them, exactly once.
     """
-    rows = Reservation.objects.filter(reservation_id=reservation_id)
+    rows = Reservation.objects.filter(reservation_id=reservation_id).exclude(status=Reservation.Status.VOID)
     if token is not None:
         rows = rows.filter(token=token)
-    updated = rows.filter(status=Reservation.Status.CONFIRMED).update(
-        status=Reservation.Status.CANCELLED, cancelled_at=timezone.now()
-    )
     reservation = rows.first()
     if reservation is None:
         raise ApiError(404, "RESERVATION_NOT_FOUND", "No such reservation for this token.")
+    with transaction.atomic():
+        updated = rows.filter(status=Reservation.Status.CONFIRMED).update(
+            status=Reservation.Status.CANCELLED, cancelled_at=timezone.now()
+        )
+        if updated:
+            Event.objects.filter(event_id=reservation.event_id).update(
+                seats_sold=F("seats_sold") - reservation.seat_count
+            )
     if not updated:
         raise ApiError(409, "ALREADY_CANCELLED", "This reservation was already cancelled.")
-    _return_seats(reservation)
+    reservation.refresh_from_db()
+    return_seats(reservation)
     return reservation
 
 
-def _return_seats(reservation: Reservation) -> None:
-    k = r.EventKeys(reservation.event_id)
-    rid = str(reservation.reservation_id)
+def return_seats(reservation: Reservation, *, wait: bool = True) -> bool:
+    """Put a cancellation's seats back on sale (exactly once, see lua/cancel.lua).
+    False when left to reconcile: Redis failed, or a recount held it back."""
     try:
-        r.run(
-            "cancel",
-            [k.seats, k.booked(str(reservation.token)), r.key(k.event_id, "booking", "returned", rid)],
-            [rid, reservation.seat_count],
-        )
-    except REDIS_ERRORS as exc:  # the periodic reconcile retries
-        log.error("seats of cancelled %s not returned yet: %s", rid, exc)
-        return
+        for _ in range(_RECOUNT_RETRIES if wait else 1):
+            if give_back_cancelled(reservation) != -2:
+                break
+            time.sleep(_RECOUNT_WAIT_SEC)
+        else:
+            return False
+    except REDIS_ERRORS as exc:
+        log.error("seats of cancelled %s not returned yet: %s", reservation.reservation_id, exc)
+        return False
     Reservation.objects.filter(pk=reservation.pk).update(seats_returned_at=timezone.now())
+    return True
 
 
-# --- Reconcile and recover -----------------------------------------------------------
-
-
-@dataclass
-class Report:
-    event_id: str
-    total_seats: int
-    seats_left: int | None
-    sold: int  # confirmed seats in Postgres
-    pending: int  # seats of bookings still in the outbox
-    unreturned: int  # seats of cancellations not yet back in Redis
-    written: list[str] = field(default_factory=list)
-    refused: list[str] = field(default_factory=list)
-
-    @property
-    def consistent(self) -> bool:
-        return (self.seats_left or 0) + self.sold + self.pending + self.unreturned == self.total_seats
-
-    def lines(self) -> list[str]:
-        out = [
-            f"{self.event_id}: {self.seats_left} left + {self.sold} sold + {self.pending} pending"
-            f" + {self.unreturned} being returned = {self.total_seats} seats:"
-            f" {'consistent' if self.consistent else 'MISMATCH'}"
-        ]
-        out += [f"  wrote missing reservation {rid}" for rid in self.written]
-        out += [
-            f"  refused outbox booking {rid} (token already booked); seats returned" for rid in self.refused
-        ]
-        return out
-
-
-def _outbox(k: r.EventKeys, upto: str = "+") -> list[tuple[bytes, dict]]:
-    return r.client().xrange(k.outbox, "-", upto)
-
-
-def booking_reconcile(event_id: str) -> Report:
-    """Make Postgres whole from the outbox, retry unreturned cancellations, report.
-
-    Only outbox entries older than the grace period are touched: younger ones belong
-    to requests still in flight (which may yet undo them).
-    """
-    event = Event.objects.get(event_id=event_id)
-    k = r.EventKeys(event_id)
-    seconds, micros = r.client().time()
-    cutoff = seconds * 1000 + micros // 1000 - _grace_ms()
-    report = Report(event_id, event.total_seats, None, 0, 0, 0)
-    for entry_id, fields in _outbox(k, str(cutoff)):
-        rid, token, seats = (
-            fields[b"reservationId"].decode(),
-            fields[b"token"].decode(),
-            int(fields[b"seats"]),
-        )
-        try:
-            with transaction.atomic():
-                _, created = Reservation.objects.get_or_create(
-                    reservation_id=rid, defaults={"event": event, "token": token, "seat_count": seats}
-                )
-            if created:
-                report.written.append(rid)
-        except IntegrityError:
-            # The token already holds another confirmed reservation: this one was
-            # never confirmed to anyone, so its seats go back.
-            r.client().incrby(k.seats, seats)
-            report.refused.append(rid)
-        r.client().xdel(k.outbox, entry_id)
-
-    unreturned = Reservation.objects.filter(
-        event_id=event_id, status=Reservation.Status.CANCELLED, seats_returned_at__isnull=True
+def give_back_cancelled(reservation: Reservation) -> int:
+    """One try of lua/cancel.lua: seats left, -1 if returned before, -2 during a recount."""
+    k = r.EventKeys(reservation.event_id)
+    return r.run(
+        "cancel",
+        [k.seats, k.booked(str(reservation.token)), k.returned, k.recount],
+        [str(reservation.reservation_id), reservation.seat_count],
     )
-    for reservation in unreturned:
-        _return_seats(reservation)
-
-    seats_left = r.client().get(k.seats)
-    report.seats_left = int(seats_left) if seats_left is not None else None
-    report.sold = seats_sold(event_id)
-    report.pending = sum(int(f[b"seats"]) for _, f in _outbox(k))
-    report.unreturned = unreturned.aggregate(n=Sum("seat_count"))["n"] or 0  # a fresh query
-    if not report.consistent:
-        log.error("%s", report.lines()[0])
-    return report
-
-
-def event_recover(event_id: str) -> Report:
-    """Rebuild an event's Redis state from Postgres after Redis lost its data.
-
-    Seats left = total - sold - pending, booking marks for every confirmed
-    reservation (so those tokens poll BOOKED and cannot book again). The waiting line
-    itself is not in Postgres: people rejoin and go to the back.
-    """
-    from queue_app import services as queue
-
-    event = Event.objects.get(event_id=event_id)
-    k = r.EventKeys(event_id)
-    queue.event_publish(event, sold=seats_sold(event_id))
-    confirmed = Reservation.objects.filter(event_id=event_id, status=Reservation.Status.CONFIRMED)
-    pipe = r.client().pipeline(transaction=False)
-    for rid, token in confirmed.values_list("reservation_id", "token").iterator():
-        pipe.set(k.booked(str(token)), str(rid), ex=86400)
-        pipe.hsetnx(k.bucket(token.bytes), token.bytes, 0)  # admitted once: EXPIRED, never a new place
-    pipe.execute()
-    for _ in range(100):
-        entries = _outbox(k)
-        pending = sum(int(f[b"seats"]) for _, f in entries)
-        seats_left = event.total_seats - seats_sold(event_id) - pending
-        ids = ",".join(e.decode() for e, _ in entries)
-        if r.run("seats_restore", [k.seats, k.outbox], [max(seats_left, 0), ids]):
-            break
-    else:
-        raise RuntimeError(f"{event_id}: bookings kept arriving; seats left not restored")
-    return booking_reconcile(event_id)

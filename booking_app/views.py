@@ -64,7 +64,7 @@ def book(request: HttpRequest, event_id: str) -> HttpResponse:
                 buyer_email=form.cleaned_data["buyer_email"],
             )
         except ApiError as exc:
-            if exc.code == "ALREADY_BOOKED":
+            if exc.code in ("ALREADY_BOOKED", "BOOKING_PENDING"):
                 return redirect("confirmation", event_id, exc.extra["reservationId"])
             if exc.code == "NOT_ACTIVE":
                 return redirect("waiting-room", event_id)
@@ -95,7 +95,18 @@ def confirmation(request: HttpRequest, event_id: str, reservation_id: str) -> Ht
         raise Http404 from None
     if token is None:
         raise Http404  # only the browser that booked sees the details
-    reservation = get_object_or_404(
-        Reservation.objects.select_related("event"), reservation_id=rid, token=token.text, event_id=event_id
+    reservation = (
+        Reservation.objects.select_related("event")
+        .exclude(status=Reservation.Status.VOID)
+        .filter(reservation_id=rid, token=token.text, event_id=event_id)
+        .first()
     )
+    if reservation is None:
+        # Seats held in Redis, the row not decided yet (Postgres was away): say so
+        # until reconcile has written it.
+        state = queue.queue_poll(event_id=event_id, token=token)
+        if state["status"] == "BOOKED" and state["reservationId"] == str(rid):
+            context = {"pending": True, "reservation_id": rid}
+            return render(request, "booking_app/confirmation.html", context, status=202)
+        raise Http404
     return render(request, "booking_app/confirmation.html", {"reservation": reservation})

@@ -4,7 +4,13 @@
 -- Runs at most once per second of Redis' clock, however many beat or worker
 -- processes call it: a second caller in the same second admits nobody. Admits
 -- nobody unless the event is OPEN and has seats left, and never beyond the
--- event's cap of people active at once. O(batch) work, whatever the line's length.
+-- event's cap of people active at once. O(batch + hole budget) work, whatever the
+-- line's length.
+--
+-- Reads and validates everything before its first write, then writes: Redis keeps
+-- the writes done before an error, so a bad key (of the wrong type, a counter or
+-- setting that is not a number, a token's bucket that is not a hash) fails the tick
+-- with nothing changed, never with the head of the line popped and `popped` stale.
 --
 -- KEYS[1] meta    HASH    status, admitPerSecond, windowSeconds, maxActive; admitRate is written
 -- KEYS[2] seq     STRING  last arrival number issued
@@ -20,6 +26,23 @@
 -- Returns {outcome, admitted, waiting, active}; outcome is ADMITTED, ALREADY_TICKED,
 -- NOT_OPEN, SOLD_OUT, EMPTY (nobody waiting), FULL (the active cap is reached) or
 -- EVENT_NOT_FOUND.
+
+-- A last tick more than this many seconds ahead of Redis' clock is not "this second
+-- already ticked" but the clock having gone back (a failover to a replica whose
+-- clock is behind): waiting for the new clock to catch up would stop admission for
+-- as long as the jump. The slack keeps the guard for ordinary skew between beats.
+local CLOCK_JUMP_SECONDS = 5
+-- Holes (people who left) are skipped, at most this many per tick beyond the batch,
+-- so that one tick stays short whatever the line holds.
+local HOLE_BUDGET = 10000
+
+local function number(value, what)
+  local n = tonumber(value)
+  if not n then error(what .. ' is not a number') end
+  return n
+end
+
+-- 1. Read and validate; nothing is written before step 2.
 local meta = redis.call('HMGET', KEYS[1], 'status', 'admitPerSecond', 'windowSeconds', 'maxActive',
   'admitRate')
 if not meta[1] then return {'EVENT_NOT_FOUND', 0, 0, 0} end
@@ -27,56 +50,83 @@ if not meta[1] then return {'EVENT_NOT_FOUND', 0, 0, 0} end
 local t = redis.call('TIME')
 local second = tonumber(t[1])
 local now = second * 1000 + math.floor(tonumber(t[2]) / 1000)
-local last_tick = tonumber(redis.call('GET', KEYS[8]) or 0)
-if last_tick >= second then return {'ALREADY_TICKED', 0, 0, 0} end
-redis.call('SET', KEYS[8], second)
-
-redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now)
-local active = redis.call('ZCARD', KEYS[6])
-local seq = tonumber(redis.call('GET', KEYS[2]) or 0)
-local popped = tonumber(redis.call('GET', KEYS[3]) or 0)
-local waiting = seq - popped - redis.call('ZCARD', KEYS[5])
-
-local function done(outcome, admitted)
-  redis.call('LPUSH', KEYS[9], second .. ':' .. admitted)
-  redis.call('LTRIM', KEYS[9], 0, 119)
-  return {outcome, admitted, waiting - admitted, active + admitted}
+local last_tick = number(redis.call('GET', KEYS[8]) or 0, KEYS[8])
+if last_tick >= second and last_tick - second <= CLOCK_JUMP_SECONDS then
+  return {'ALREADY_TICKED', 0, 0, 0}
 end
 
-if meta[1] ~= 'OPEN' then return done('NOT_OPEN', 0) end
-if tonumber(redis.call('GET', KEYS[7]) or 0) <= 0 then return done('SOLD_OUT', 0) end
-local want = tonumber(meta[2])
-local cap = tonumber(meta[4] or 0)
-if cap > 0 then want = math.min(want, cap - active) end
-if waiting <= 0 then return done('EMPTY', 0) end
-if want <= 0 then return done('FULL', 0) end
+-- Each key written below is read here with a command that fails on the wrong type.
+local active = redis.call('ZCOUNT', KEYS[6], '(' .. now, '+inf')  -- windows not yet passed
+local seq = number(redis.call('GET', KEYS[2]) or 0, KEYS[2])
+local popped = number(redis.call('GET', KEYS[3]) or 0, KEYS[3])
+local waiting = seq - popped - redis.call('ZCARD', KEYS[5])
+redis.call('LLEN', KEYS[9])
 
-local expires = now + tonumber(meta[3]) * 1000
-local admitted = 0
--- Holes (people who left) are skipped; bound the skipping so one tick stays short.
-local budget = want + 10000
-while admitted < want and popped < seq and budget > 0 do
-  local tokens = redis.call('LPOP', KEYS[4], math.min(want - admitted, seq - popped))
-  if not tokens then break end
-  for _, token in ipairs(tokens) do
-    popped = popped + 1
-    local bucket = ARGV[1] .. string.format('%02x%02x', token:byte(1), token:byte(2))
-    if redis.call('HGET', bucket, token) == tostring(popped) then
-      redis.call('HSET', bucket, token, 0)
-      redis.call('ZADD', KEYS[6], expires, token)
-      admitted = admitted + 1
-    else
-      redis.call('ZREM', KEYS[5], popped)
+local outcome, want = 'ADMITTED', 0
+if meta[1] ~= 'OPEN' then
+  outcome = 'NOT_OPEN'
+elseif number(redis.call('GET', KEYS[7]) or 0, KEYS[7]) <= 0 then
+  outcome = 'SOLD_OUT'
+else
+  want = number(meta[2], 'admitPerSecond')
+  local cap = number(meta[4] or 0, 'maxActive')
+  if cap > 0 then want = math.min(want, cap - active) end
+  if waiting <= 0 then
+    outcome = 'EMPTY'
+  elseif want <= 0 then
+    outcome = 'FULL'
+  end
+end
+
+-- Who is admitted, read off the head of the line without taking anyone off it. An
+-- entry is its owner's place only while their state still names its number; else
+-- they left (a hole). Every entry examined leaves the line in step 2.
+local admit, buckets, holes, consumed = {}, {}, {}, 0
+local expires, rate
+if outcome == 'ADMITTED' then
+  expires = now + number(meta[3], 'windowSeconds') * 1000
+  rate = number(meta[5] or 0, 'admitRate')
+  local limit = math.min(want + HOLE_BUDGET, seq - popped)
+  while #admit < want and consumed < limit do
+    -- Ask for the people still wanted plus as many as the holes seen so far: a line
+    -- full of holes is read in growing chunks, not one short LRANGE per person.
+    local size = math.min(want - #admit + #holes, limit - consumed)
+    local tokens = redis.call('LRANGE', KEYS[4], consumed, consumed + size - 1)
+    if #tokens == 0 then break end
+    for _, token in ipairs(tokens) do
+      consumed = consumed + 1
+      local place = popped + consumed
+      local bucket = ARGV[1] .. string.format('%02x%02x', token:byte(1), token:byte(2))
+      if redis.call('HGET', bucket, token) == tostring(place) then
+        local n = #admit + 1
+        admit[n], buckets[n] = token, bucket
+        if #admit == want then break end
+      else
+        holes[#holes + 1] = place
+      end
     end
   end
-  budget = budget - #tokens
 end
-redis.call('SET', KEYS[3], popped)
 
--- The observed rate feeds each person's estimated wait (smoothed over ~5 ticks).
-local gap = last_tick > 0 and math.min(math.max(second - last_tick, 1), 10) or 1
-local rate = tonumber(meta[5] or 0)
-local sample = admitted / gap
-if rate == 0 then rate = sample else rate = rate * 0.8 + sample * 0.2 end
-redis.call('HSET', KEYS[1], 'admitRate', string.format('%.3f', rate))
-return done('ADMITTED', admitted)
+-- 2. Write. Every key below was read above, so none of these can fail.
+redis.call('SET', KEYS[8], second)
+redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now)
+local admitted = #admit
+if outcome == 'ADMITTED' then
+  if consumed > 0 then redis.call('LTRIM', KEYS[4], consumed, -1) end
+  for i, token in ipairs(admit) do
+    redis.call('HSET', buckets[i], token, 0)
+    redis.call('ZADD', KEYS[6], expires, token)
+  end
+  for _, place in ipairs(holes) do redis.call('ZREM', KEYS[5], place) end
+  redis.call('SET', KEYS[3], popped + consumed)
+
+  -- The observed rate feeds each person's estimated wait (smoothed over ~5 ticks).
+  local gap = last_tick > 0 and math.min(math.max(second - last_tick, 1), 10) or 1
+  local sample = admitted / gap
+  if rate == 0 then rate = sample else rate = rate * 0.8 + sample * 0.2 end
+  redis.call('HSET', KEYS[1], 'admitRate', string.format('%.3f', rate))
+end
+redis.call('LPUSH', KEYS[9], second .. ':' .. admitted)
+redis.call('LTRIM', KEYS[9], 0, 119)
+return {outcome, admitted, waiting - admitted, active + admitted}

@@ -1,13 +1,26 @@
 -- Return a cancelled reservation's seats, exactly once however often it is retried
--- (the request, then the periodic retry after a Redis outage).
+-- (the request, then reconcile after a Redis outage). The `returned` hash is the
+-- guard, and reconcile's seat recount (lua/seats_heal.lua) reads it: a cancellation
+-- not in it is a seat still taken, one in it is back on sale. While a recount runs
+-- nothing is returned (the caller retries, or leaves it to reconcile).
+-- Validates every key before its first write.
 --
 -- KEYS[1] seats     STRING  seats left
--- KEYS[2] booked    STRING  reservation id of the token
--- KEYS[3] returned  STRING  set once this reservation's seats are back
+-- KEYS[2] booked    STRING  the token's booking mark (a reservation id)
+-- KEYS[3] returned  HASH    reservation id -> seats, for every cancellation returned
+-- KEYS[4] recount   STRING  set while reconcile recounts seats left
 -- ARGV[1] reservation id
 -- ARGV[2] seats
 --
--- Returns seats left, or -1 when the seats had already been returned.
-if not redis.call('SET', KEYS[3], '1', 'NX', 'EX', 604800) then return -1 end
-if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
+-- Returns seats left, -1 when the seats had already been returned, or -2 while a
+-- recount runs (nothing changed).
+if redis.call('GET', KEYS[4]) then return -2 end
+if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then return -1 end
+if not tonumber(redis.call('GET', KEYS[1]) or 0) then
+  return redis.error_reply('seats left is not a number')
+end
+local mark = redis.call('GET', KEYS[2])
+
+redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
+if mark == ARGV[1] then redis.call('DEL', KEYS[2]) end
 return redis.call('INCRBY', KEYS[1], ARGV[2])

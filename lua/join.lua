@@ -14,6 +14,8 @@
 --
 -- Returns {outcome, joinedAtMs, reservationId}; outcome is one of
 -- JOINED, WAITING, ACTIVE, ALREADY_BOOKED, EVENT_NOT_FOUND, EVENT_CLOSED.
+-- Validates every key before its first write (Redis keeps the writes done before an
+-- error): a bad key fails the script with nothing changed.
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return {'EVENT_NOT_FOUND'} end
 local booked = redis.call('GET', KEYS[6])
@@ -27,6 +29,15 @@ local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local expires = redis.call('ZSCORE', KEYS[5], ARGV[1])
 if expires and tonumber(expires) > now then return {'ACTIVE', 0} end
+
+-- The keys about to be written, checked first: RPUSH into a line that is not a list
+-- would fail after INCR, leaving a number issued to nobody. The pattern is INCR's
+-- own rule (an integer without leading zeros), kept short of overflowing.
+local last = redis.call('GET', KEYS[2])
+if last and not (last == '0' or (#last <= 18 and last:match('^%-?[1-9]%d*$'))) then
+  error(KEYS[2] .. ' is not an integer')
+end
+redis.call('LLEN', KEYS[3])
 
 local seq = redis.call('INCR', KEYS[2])
 redis.call('RPUSH', KEYS[3], ARGV[1])

@@ -7,9 +7,16 @@
 -- ARGV[1] token, 16 raw bytes
 --
 -- Returns 1 when removed, 0 when the token was not waiting, -1 for an unknown event.
-if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+-- Validates every key and value before its first write (Redis keeps the writes done
+-- before an error): a bad key fails the script with nothing changed.
+if redis.call('HLEN', KEYS[1]) == 0 then return -1 end  -- HLEN: meta must be a hash
 local state = redis.call('HGET', KEYS[2], ARGV[1])
 if not state or state == '0' then return 0 end
+-- ZADD refuses a `left` that is not a zset and a place that is not a number: after
+-- HDEL, the token would be out of its bucket and its hole never counted.
+redis.call('ZCARD', KEYS[3])
+if not tonumber(state) then error(KEYS[2] .. ': the place is not a number') end
+
 redis.call('HDEL', KEYS[2], ARGV[1])
 redis.call('ZADD', KEYS[3], state, state)
 return 1

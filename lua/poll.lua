@@ -19,13 +19,23 @@
 -- Returns {state, totalWaiting, seatsLeft, eventStatus, detail, admitRate} where
 -- state is WAITING (detail = rank), ACTIVE (detail = window end, ms), BOOKED
 -- (detail = reservation id), EXPIRED or NOT_FOUND; or {'EVENT_NOT_FOUND'}.
+-- Writes nothing, and like the scripts that write, validates what it reads: a key of
+-- the wrong type or a counter that is not a number fails the script.
 local meta = redis.call('HMGET', KEYS[1], 'status', 'admitRate')
 local status = meta[1]
 if not status then return {'EVENT_NOT_FOUND'} end
 
-local popped = tonumber(redis.call('GET', KEYS[3]) or 0)
-local waiting = tonumber(redis.call('GET', KEYS[2]) or 0) - popped - redis.call('ZCARD', KEYS[4])
-local seats = tonumber(redis.call('GET', KEYS[8]) or 0)
+-- A counter kept as a string: absent is 0, anything but a number is an error (not a
+-- nil that would cut the reply short).
+local function number(key)
+  local n = tonumber(redis.call('GET', key) or 0)
+  if not n then error(key .. ' is not a number') end
+  return n
+end
+
+local popped = number(KEYS[3])
+local waiting = number(KEYS[2]) - popped - redis.call('ZCARD', KEYS[4])
+local seats = number(KEYS[8])
 local function answer(state, detail)
   return {state, waiting, seats, status, detail or false, meta[2] or '0'}
 end

@@ -5,7 +5,6 @@ from django.contrib import admin, messages
 from django.db.models import Count, Q, QuerySet
 from django.http import HttpRequest
 
-from booking_app.selectors import seats_sold
 from queue_app import services
 from queue_app.models import Event
 
@@ -27,7 +26,7 @@ class EventForm(forms.ModelForm):
     def clean_total_seats(self) -> int:
         total = self.cleaned_data["total_seats"]
         if self.instance.pk:
-            sold = seats_sold(self.instance.event_id)
+            sold = Event.objects.values_list("seats_sold", flat=True).get(pk=self.instance.pk)
             if total < sold:
                 raise forms.ValidationError(f"{sold} seats are already sold; the total cannot be lower.")
         return total
@@ -96,13 +95,13 @@ class EventAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Event, form, change: bool) -> None:
         super().save_model(request, obj, form, change)
-        services.event_publish(obj, sold=seats_sold(obj.event_id))
+        services.event_publish(obj, sold=obj.seats_sold)
 
     def _set_status(self, request: HttpRequest, queryset: QuerySet, status: str) -> None:
         for event in queryset:
             event.status = status
             event.save(update_fields=["status", "updated_at"])
-            services.event_publish(event, sold=seats_sold(event.event_id))
+            services.event_publish(event, sold=event.seats_sold)
         self.message_user(request, f"{queryset.count()} event(s) now {status}.", messages.SUCCESS)
 
     @admin.action(description="Open: accept joins and admit")

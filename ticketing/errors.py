@@ -5,9 +5,11 @@ has a stable code: `{"success": false, "error": {"code": ..., "message": ...}}`.
 """
 
 import logging
+from collections.abc import Callable
 
 import redis
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.db import DatabaseError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from rest_framework import exceptions as drf
@@ -15,8 +17,10 @@ from rest_framework.response import Response
 
 log = logging.getLogger(__name__)
 
-# Redis unreachable or too slow: the client should retry, nothing is wrong with it.
-REDIS_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+# Any trouble with Redis: unreachable, too slow, read-only after a failover, busy
+# with a script, out of memory, or a key of the wrong type. None of it is the
+# client's fault: it gets a 503 and may retry.
+REDIS_ERRORS = (redis.RedisError,)
 
 
 class ApiError(Exception):
@@ -69,9 +73,12 @@ def api_error_for(exc: Exception) -> ApiError | None:
     if isinstance(exc, SuspiciousOperation):
         return ApiError(400, "BAD_REQUEST", "The request was refused.")
     if isinstance(exc, REDIS_ERRORS):
-        # Not the client's fault, and not a bug: say "try again" rather than 500.
-        log.error("Redis unavailable: %s", exc)
+        # Not the client's fault: say "try again" rather than 500.
+        log.error("Redis error: %r", exc)
         return ApiError(503, "REDIS_UNAVAILABLE", "The waiting room is briefly unavailable; try again.")
+    if isinstance(exc, DatabaseError):
+        log.error("database error: %r", exc)
+        return ApiError(503, "DATABASE_UNAVAILABLE", "The service is briefly unavailable; try again.")
     return None
 
 
@@ -114,6 +121,23 @@ def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
 
 def handler404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     return _page(request, 404, "NOT_FOUND", f"No such page: {request.path}")
+
+
+class ServiceTroubleMiddleware:
+    """Redis or the database in trouble while a page or a DRF view is served: a 503
+    with a code (a page for a browser, else the envelope), never a bare 500."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if not isinstance(exception, (*REDIS_ERRORS, DatabaseError)):
+            return None
+        err = api_error_for(exception)
+        return _page(request, err.status, err.code, err.message)
 
 
 def handler500(request: HttpRequest) -> HttpResponse:

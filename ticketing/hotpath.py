@@ -12,6 +12,7 @@ enter through Django itself (the test client, runserver).
 """
 
 import json
+import logging
 from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
 from typing import NamedTuple
@@ -21,7 +22,9 @@ from django.conf import settings
 from django.core.signals import request_finished, request_started
 from django.http import HttpRequest, HttpResponse
 
-from ticketing.errors import REDIS_ERRORS, ApiError, api_error_for, envelope, validation_error
+from ticketing.errors import ApiError, api_error_for, envelope, validation_error
+
+log = logging.getLogger(__name__)
 
 Environ = Mapping[str, object]
 Handler = Callable[[Environ], dict]
@@ -91,8 +94,11 @@ def respond(route: Route, environ: Environ) -> Answer:
         return 405, [*headers, ("Allow", method)], _dumps(err.body())
     try:
         return 200, headers, _dumps(envelope(handler(environ)))
-    except (ApiError, *REDIS_ERRORS) as exc:
+    except Exception as exc:  # every answer is in the envelope, a bug's too
         err = api_error_for(exc)
+        if err is None:
+            log.exception("%s %s failed", method, environ.get("PATH_INFO"))
+            err = ApiError(500, "INTERNAL_ERROR", "Something went wrong on our side.")
         return err.status, headers + list((err.headers or {}).items()), _dumps(err.body())
 
 

@@ -72,6 +72,9 @@ class EventKeys:
         "active",
         "seats",
         "outbox",
+        "returned",
+        "recount",
+        "reconciling",
         "tick",
         "admit_log",
         "bucket_prefix",
@@ -90,7 +93,15 @@ class EventKeys:
         self.left = key(event_id, "queue", "left")
         self.active = key(event_id, "active", "users")
         self.seats = key(event_id, "seats", "remaining")
+        # Bookings between their Redis step and their decision in Postgres.
         self.outbox = key(event_id, "booking", "outbox")
+        # reservation id -> seats, for every cancellation whose seats are back on sale:
+        # the guard that returns each exactly once.
+        self.returned = key(event_id, "booking", "returned")
+        # Held while reconcile recounts seats left from Postgres (lua/seats_heal.lua).
+        self.recount = key(event_id, "seats", "recount")
+        # Held by the one reconcile working on the event.
+        self.reconciling = key(event_id, "booking", "reconciling")
         self.tick = key(event_id, "admit", "tick")
         self.admit_log = key(event_id, "admit", "log")
         self.bucket_prefix = key(event_id, "tokens", "")

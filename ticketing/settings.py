@@ -136,9 +136,10 @@ TRUSTED_PROXIES = _networks("TRUSTED_PROXIES")
 BROKER_URL = _url("RABBITMQ_URL", REDIS_URL, ("amqp", "amqps", "pyamqp", "redis", "rediss", "memory"))
 BOOKING_QUEUE = env.str("BOOKING_QUEUE", default="booking.completed")
 
-# Outbox entries older than this are written to Postgres by reconcile; a request
-# may undo its own booking only within half of it.
-BOOKING_RECONCILE_GRACE_SEC = _int("BOOKING_RECONCILE_GRACE_SEC", 60, minimum=2)
+# Reconcile decides outbox entries older than this whose request never did (its
+# process died, or Postgres was away). Younger ones are left to their request; were
+# both to act, the unique reservation id in Postgres lets only one decide.
+BOOKING_RECONCILE_GRACE_SEC = _int("BOOKING_RECONCILE_GRACE_SEC", 30, minimum=2)
 
 CELERY_BROKER_URL = BROKER_URL
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -161,10 +162,10 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
 else:
     DATABASES["default"]["CONN_MAX_AGE"] = _int("DB_CONN_MAX_AGE", 60)
     # No SELECT 1 before each request's first query: a connection that died shows as
-    # a failed query (a booking answers 503 and is undone) and is replaced.
+    # a failed query (a booking asks again on a fresh connection) and is replaced.
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
-    # A booking's write must fail fast, well inside the window in which it may
-    # still undo its Redis step (half of BOOKING_RECONCILE_GRACE_SEC).
+    # A booking waits for Postgres at most this long (twice: it asks again on a
+    # fresh connection) before it answers BOOKING_PENDING and leaves it to reconcile.
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {"connect_timeout": 5, "options": "-c statement_timeout=10000"}
     )
@@ -195,6 +196,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "ticketing.errors.ServiceTroubleMiddleware",
 ]
 
 ROOT_URLCONF = "ticketing.urls"

@@ -47,3 +47,74 @@ def book(api, token: str, event_id: str, seats: int = 1, **extra) -> tuple[int, 
 
 def seats_left(event_id: str) -> int:
     return int(r.client().get(r.EventKeys(event_id).seats))
+
+
+def database_url_of_tests() -> str:
+    """The test database as a DATABASE_URL, for app server processes."""
+    from django.conf import settings
+
+    db = settings.DATABASES["default"]
+    return f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
+class RedisServer:
+    """A redis-server process of the test's own: it may be flushed, crashed, and
+    brought back from an older snapshot, as a real Redis is in production."""
+
+    def __init__(self, data_dir) -> None:
+        from ticketing import devstack
+
+        self.dir = data_dir
+        self.proc, self.port = devstack.start_redis(data_dir, persistent=False)
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.snapshots = 0
+
+    def client(self):
+        import redis
+
+        return redis.Redis(port=self.port)
+
+    def snapshot(self):
+        """An RDB file of the data as it is now."""
+        import shutil
+
+        self.client().save()
+        self.snapshots += 1
+        kept = self.dir / f"snapshot-{self.snapshots}.rdb"
+        shutil.copy(self.dir / "dump.rdb", kept)
+        return kept
+
+    def crash(self) -> None:
+        self.proc.kill()  # SIGKILL: nothing is written on the way out
+        self.proc.wait()
+
+    def restart(self, snapshot=None) -> None:
+        """Start again on the same port, from `snapshot`, or empty."""
+        import shutil
+
+        from ticketing import devstack
+
+        (self.dir / "dump.rdb").unlink(missing_ok=True)
+        if snapshot is not None:
+            shutil.copy(snapshot, self.dir / "dump.rdb")
+        self.proc, _ = devstack.start_redis(self.dir, persistent=False, port=self.port)
+
+    def stop(self) -> None:
+        from ticketing import devstack
+
+        if self.proc.poll() is None:
+            devstack.stop_redis(self.proc)
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    """A Redis of this test's own, used by the test process too (so FLUSHALL, a
+    crash or a restore harms nobody else)."""
+    from django.conf import settings
+    from django.test import override_settings
+
+    server = RedisServer(tmp_path)
+    caches = {"default": {**settings.CACHES["default"], "LOCATION": server.url}}
+    with override_settings(CACHES=caches, REDIS_URL=server.url):
+        yield server
+    server.stop()

@@ -4,7 +4,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import override_settings
 
-from booking_app import services
+from booking_app import reconcile, services
 from booking_app.models import Reservation
 from booking_app.selectors import seats_sold
 from booking_app.tests.conftest import admit_all, book, seats_left
@@ -40,7 +40,7 @@ def test_cancel_twice_returns_the_seats_once(api, make_event, active_tokens):
     assert cancel(api, rid, token)[0] == 200
     status, body = cancel(api, rid, token)
     assert (status, body["error"]["code"]) == (409, "ALREADY_CANCELLED")
-    assert services.booking_reconcile(event.event_id).consistent
+    assert reconcile.booking_reconcile(event.event_id).consistent
     assert seats_left(event.event_id) == 5
 
 
@@ -81,10 +81,10 @@ def test_a_cancel_during_a_redis_outage_is_finished_by_reconcile(api, make_event
     row = Reservation.objects.get(reservation_id=rid)
     assert (row.status, row.seats_returned_at) == ("CANCELLED", None)
     assert seats_left(event.event_id) == 3  # missing seats: undersold, never oversold
-    report = services.booking_reconcile(event.event_id)
+    report = reconcile.booking_reconcile(event.event_id)
     assert report.consistent
     assert seats_left(event.event_id) == 5
-    services.booking_reconcile(event.event_id)
+    reconcile.booking_reconcile(event.event_id)
     assert seats_left(event.event_id) == 5  # exactly once
 
 

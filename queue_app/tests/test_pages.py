@@ -3,8 +3,9 @@
 import uuid
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
-from django.test import Client
+from django.test import Client, override_settings
 
 from booking_app.tests.conftest import admit_all, book
 from queue_app import services
@@ -164,3 +165,28 @@ def test_admin_refuses_fewer_seats_than_sold(operator, make_event, api):
     assert b"4 seats are already sold" in resp.content
     assert Event.objects.get(pk=event.pk).total_seats == 10
     assert int(r.client().get(r.EventKeys(event.event_id).seats)) == 6
+
+
+def test_a_page_is_a_503_while_redis_is_away(client, make_event):
+    event = make_event()
+    client.cookies[token_cookie(event.event_id)] = services.queue_join(event_id=event.event_id)["token"]
+    nowhere = {"default": {**settings.CACHES["default"], "LOCATION": "redis://127.0.0.1:1/0"}}
+    with override_settings(CACHES=nowhere):
+        resp = client.get(f"/events/{event.event_id}/book/", **HTML)
+        assert resp.status_code == 503
+        assert b"briefly unavailable" in resp.content
+        resp = client.get(f"/events/{event.event_id}/book/")
+    assert (resp.status_code, resp.json()["error"]["code"]) == (503, "REDIS_UNAVAILABLE")
+
+
+def test_a_booking_still_being_decided_has_a_page_that_says_so(client, make_event):
+    event = make_event()
+    token = services.queue_join(event_id=event.event_id)["token"]
+    client.cookies[token_cookie(event.event_id)] = token
+    rid = str(uuid.uuid4())
+    # What BOOKING_PENDING leaves: seats held and the mark set in Redis, no row yet.
+    r.client().set(r.EventKeys(event.event_id).booked(token), rid)
+    resp = client.get(f"/events/{event.event_id}/reservations/{rid}/", **HTML)
+    assert resp.status_code == 202
+    assert b"Booking being confirmed" in resp.content and b'http-equiv="refresh"' in resp.content
+    assert client.get(f"/events/{event.event_id}/reservations/{uuid.uuid4()}/", **HTML).status_code == 404

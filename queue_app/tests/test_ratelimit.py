@@ -68,3 +68,12 @@ def test_forwarded_for_is_believed_from_a_trusted_proxy(api, event, limits):
     # The rightmost untrusted hop is the client; a forged leftmost entry changes nothing.
     assert api.join(event.event_id, REMOTE_ADDR=proxy, HTTP_X_FORWARDED_FOR=f"6.6.6.6, {client_a}")[0] == 429
     assert api.join(event.event_id, REMOTE_ADDR=proxy, HTTP_X_FORWARDED_FOR=client_b)[0] == 200
+
+
+def test_a_counter_that_lost_its_expiry_does_not_lock_a_client_out(api, event, limits, rc):
+    ip = _ip()
+    counter = f"ticket:ratelimit:join:{ip}"
+    rc.set(counter, 50)  # over the limit, and no expiry (restored by hand, say)
+    assert api.join(event.event_id, REMOTE_ADDR=ip)[0] == 429
+    assert 0 < rc.pttl(counter) <= 1000  # armed: the window now ends
+    rc.delete(counter)

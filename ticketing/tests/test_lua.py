@@ -10,6 +10,7 @@ import redis as redis_lib
 from django.conf import settings
 from django.test import override_settings
 
+from booking_app import reconcile
 from booking_app import services as booking
 from queue_app import services
 from ticketing import devstack
@@ -57,9 +58,11 @@ SCENARIO_SCRIPTS = {
     "event_sync",
     "admit",
     "reserve",
-    "reserve_undo",
+    "release",
+    "outbox_done",
     "cancel",
-    "seats_restore",
+    "seats_heal",
+    "mark_restore",
 }
 
 
@@ -86,12 +89,18 @@ def test_every_script_runs_on_each_redis_version(request, make_event, api, serve
         rid = body["data"]["reservationId"]
         booking.booking_cancel(reservation_id=uuid.UUID(rid))  # cancel
         assert api.poll(c, event.event_id)[1]["data"]["remainingSeats"] == 10
-        # A second booking, undone as after a failed Postgres write:
+        # A second booking, refused by Postgres and released (the token already booked):
         k = r.EventKeys(event.event_id)
         r.client().zadd(k.active, {token.raw: 10**13})
-        reply = r.run("reserve", [k.meta, k.active, k.booked(c), k.seats, k.outbox], [token.raw, c, 1, "x"])
-        assert booking._undo(k, token, "x", 1, reply[2], reply[3])  # reserve_undo
-        assert booking.event_recover(event.event_id).consistent  # seats_restore
+        b = booking.Booking(uuid.uuid4(), event.event_id, c, 1)
+        reply = r.run(
+            "reserve",
+            [k.meta, k.active, k.booked(c), k.seats, k.outbox],
+            [token.raw, c, 1, str(b.reservation_id), "", ""],
+        )
+        assert booking.release(k, reply[2], b, booking.Decision(booking.NOT_SAVED))  # release
+        assert reconcile.event_recover(event.event_id).consistent  # outbox_done is below, seats_heal here
+        assert booking.outbox_done(k, "0-1") is False
         event.total_seats = 12
         assert services.event_publish(event) == 12
         services.event_wipe(event.event_id)

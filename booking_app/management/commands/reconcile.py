@@ -1,14 +1,15 @@
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from booking_app import services
+from booking_app import reconcile
 from queue_app.models import Event
 
 
 class Command(BaseCommand):
     help = (
-        "Write reservations that reached Redis but not Postgres (a process died in "
-        "between), return seats of unfinished cancellations, and report whether "
-        "seats left + sold == total. Exits 1 on a mismatch."
+        "Decide bookings that reached Redis but were never decided in Postgres (a process "
+        "died in between), recount seats left from Postgres (healing a Redis that lost "
+        "writes), and return the seats of unfinished cancellations. Exits 1 when it could "
+        "not recount."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -17,7 +18,7 @@ class Command(BaseCommand):
     def handle(self, *args, **opts) -> None:
         if not Event.objects.filter(event_id=opts["event_id"]).exists():
             raise CommandError(f"No event {opts['event_id']!r}.")
-        report = services.booking_reconcile(opts["event_id"])
+        report = reconcile.booking_reconcile(opts["event_id"])
         self.stdout.write("\n".join(report.lines()))
-        if not report.consistent:
-            raise CommandError("seats do not add up; see above")
+        if not report.recounted:
+            raise CommandError("seats were not recounted; see above")

@@ -1,14 +1,14 @@
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from booking_app import services
+from booking_app import reconcile
 from queue_app.models import Event
 
 
 class Command(BaseCommand):
     help = (
         "After Redis lost its data: rebuild the event's state from Postgres (settings, "
-        "seats left = total - sold, booking marks), so nothing is oversold. People in "
-        "line rejoin at the back."
+        "booking marks, seats left counted from Postgres), so nothing is oversold. People "
+        "in line rejoin at the back."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -17,5 +17,7 @@ class Command(BaseCommand):
     def handle(self, *args, **opts) -> None:
         if not Event.objects.filter(event_id=opts["event_id"]).exists():
             raise CommandError(f"No event {opts['event_id']!r}.")
-        report = services.event_recover(opts["event_id"])
+        report = reconcile.event_recover(opts["event_id"])
         self.stdout.write("\n".join(report.lines()))
+        if not report.recounted:
+            raise CommandError("seats were not recounted; run it again")

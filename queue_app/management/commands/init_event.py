@@ -1,10 +1,9 @@
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
-from booking_app import services as booking
-from booking_app.selectors import seats_sold
+from booking_app import reconcile
 from queue_app import services
 from queue_app.models import Event
 
@@ -60,17 +59,16 @@ class Command(BaseCommand):
             raise CommandError(
                 "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
             ) from None
-        with transaction.atomic():
-            event.save()
-            try:
-                if opts["reset"]:
-                    # A fresh line, but sold seats stay sold: rebuilt from Postgres.
-                    services.event_wipe(event_id)
-                    left = booking.event_recover(event_id).seats_left
-                else:
-                    left = services.event_publish(event, sold=seats_sold(event_id))
-            except services.SeatsBelowSold as exc:
-                raise CommandError(str(exc)) from None
+        try:
+            with transaction.atomic():
+                event.save()  # the database refuses a total below the seats sold
+                left = services.event_publish(event, sold=event.seats_sold)
+        except (IntegrityError, services.SeatsBelowSold):
+            raise CommandError(f"{event_id}: {event.total_seats} seats is fewer than already sold.") from None
+        if opts["reset"]:
+            # A fresh line, but sold seats stay sold: rebuilt from Postgres.
+            services.event_wipe(event_id)
+            left = reconcile.event_recover(event_id).seats_left
         verb = "Created" if existing is None else "Updated"
         self.stdout.write(
             f"{verb} event {event_id}: {event.total_seats} seats ({left} left), "

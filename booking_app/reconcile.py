@@ -1,0 +1,289 @@
+"""Reconcile and recover: make Redis agree with Postgres, whatever failed.
+
+`booking_reconcile` runs every 30 s on beat (and by hand), one at a time per event:
+
+1. Settles the outbox: entries whose row exists leave it (or are released when the
+   row is VOID); entries older than the grace period whose request never decided them
+   (its process died) are decided now, exactly as the request would have.
+2. Recounts seats left from Postgres (`lua/seats_heal.lua`), exactly, while bookings
+   go on: a Redis that lost its last second, or came back from an older snapshot,
+   sells from Postgres' count again within one run. Until then Postgres' seat ledger
+   refuses what Redis would oversell.
+3. Returns the seats of cancellations not yet in the `returned` hash, exactly once.
+
+`event_recover` rebuilds an event's Redis state after Redis lost it: settings, the
+booking marks, then the same reconcile.
+"""
+
+import logging
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import DatabaseError, connection, transaction
+from django.db.models import Sum
+from django.utils import timezone
+from redis.exceptions import LockError
+
+from booking_app.models import Reservation
+from booking_app.services import (
+    CONFIRMED,
+    Booking,
+    booking_decide,
+    decision_of,
+    outbox_done,
+    release,
+    return_seats,
+)
+from queue_app import services as queue
+from queue_app.models import Event
+from ticketing import redis as r
+from ticketing.errors import REDIS_ERRORS
+
+log = logging.getLogger(__name__)
+
+# A recount holds back outbox removals and cancellations for as long as it runs
+# (milliseconds); if its process dies, they resume after this.
+_RECOUNT_TIMEOUT_SEC = 10
+# One reconcile per event: a second one finds the event busy and skips it.
+_RECONCILE_TIMEOUT_SEC = 300
+
+
+@dataclass
+class Report:
+    event_id: str
+    total_seats: int = 0
+    seats_left: int | None = None
+    sold: int = 0  # confirmed seats in Postgres
+    pending: int = 0  # seats of outbox entries not yet decided in Postgres
+    unreturned: int = 0  # seats of cancellations not yet back on sale
+    healed_from: int | None = None  # seats left in Redis before the recount, when it was wrong
+    written: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    undecided: int = 0  # outbox entries Postgres could not be asked about
+    marks_restored: int = 0  # booking marks Redis had lost
+    ledger_fixed_from: int | None = None  # the event's seat ledger, when it disagreed with the rows
+    busy: bool = False  # another reconcile was working on the event
+    recounted: bool = False
+
+    @property
+    def consistent(self) -> bool:
+        """Seats added up before this run (nothing had to be healed)."""
+        return self.recounted and self.healed_from is None and self.ledger_fixed_from is None
+
+    def lines(self) -> list[str]:
+        if self.busy:
+            return [f"{self.event_id}: another reconcile is working on it; skipped"]
+        if not self.recounted:
+            return [f"{self.event_id}: seats not recounted (Redis or Postgres unavailable, or busy)"]
+        sums = (
+            f"{self.event_id}: {self.seats_left} left + {self.sold} sold + {self.pending} pending"
+            f" + {self.unreturned} being returned = {self.total_seats} seats"
+        )
+        if self.healed_from is None:
+            out = [f"{sums}: consistent"]
+        else:
+            out = [f"{sums}: HEALED (Redis said {self.healed_from} left; Postgres' count now applies)"]
+        out += [f"  wrote reservation {rid} from the outbox" for rid in self.written]
+        out += [f"  released outbox booking {rid} (refused or not saved in Postgres)" for rid in self.refused]
+        if self.ledger_fixed_from is not None:
+            out.append(
+                f"  the seat ledger said {self.ledger_fixed_from} sold; set to {self.sold} from the rows"
+            )
+        if self.marks_restored:
+            out.append(f"  restored {self.marks_restored} booking mark(s) Redis had lost")
+        if self.undecided:
+            out.append(f"  {self.undecided} outbox booking(s) wait for Postgres")
+        return out
+
+
+def booking_reconcile(event_id: str) -> Report:
+    report = Report(event_id)
+    k = r.EventKeys(event_id)
+    lock = r.client().lock(k.reconciling, timeout=_RECONCILE_TIMEOUT_SEC, blocking=False)
+    if not lock.acquire():
+        report.busy = True
+        return report
+    try:
+        _settle_outbox(k, report)
+        report.ledger_fixed_from = _check_ledger(event_id)
+        report.marks_restored = restore_marks(event_id)
+        if _recount(k, report):
+            _return_cancelled(k, report)
+    finally:
+        try:
+            lock.release()
+        except (LockError, *REDIS_ERRORS):
+            pass  # expired, or Redis is away: it expires by itself
+    if report.healed_from is not None:
+        log.error("%s", report.lines()[0])
+    return report
+
+
+def _settle_outbox(k: r.EventKeys, report: Report) -> None:
+    grace_ms = settings.BOOKING_RECONCILE_GRACE_SEC * 1000
+    now = r.now_ms()
+    entries = r.client().xrange(k.outbox, "-", "+")
+    bookings = [(entry_id, Booking.from_outbox(k.event_id, fields)) for entry_id, fields in entries]
+    rows = {
+        row.reservation_id: row
+        for row in Reservation.objects.filter(reservation_id__in=[b.reservation_id for _, b in bookings])
+    }
+    for entry_id, b in bookings:
+        row = rows.get(b.reservation_id)
+        if row is not None:
+            decision = decision_of(row)
+        else:
+            # Younger than the grace period: its request is probably still deciding
+            # it. (A negative age is a Redis clock that went back: settle it.)
+            age = now - int(entry_id.split(b"-")[0])
+            if 0 <= age < grace_ms:
+                continue
+            decision = booking_decide(b)
+            if decision is None:
+                report.undecided += 1
+                continue
+            if decision.outcome == CONFIRMED and decision.reservation.reservation_id == b.reservation_id:
+                report.written.append(str(b.reservation_id))
+        if decision.outcome == CONFIRMED:
+            outbox_done(k, entry_id)
+        elif release(k, entry_id, b, decision):
+            report.refused.append(str(b.reservation_id))
+
+
+def _check_ledger(event_id: str) -> int | None:
+    """Set the event's seat ledger from its confirmed rows if the two disagree (they
+    move in one transaction, so only a hand-made change can part them). Returns the
+    wrong value, or None.
+
+    Exact under load: the event's row is locked first, and a booking moves the
+    ledger only after its INSERT, so a booking not yet committed waits for this
+    transaction and then adds its seats to the corrected value."""
+    with transaction.atomic():
+        ledger = Event.objects.select_for_update().values_list("seats_sold", flat=True).get(event_id=event_id)
+        rows = Reservation.objects.filter(event_id=event_id, status=Reservation.Status.CONFIRMED)
+        sold = rows.aggregate(n=Sum("seat_count"))["n"] or 0
+        if ledger == sold:
+            return None
+        Event.objects.filter(event_id=event_id).update(seats_sold=sold)
+    log.error("%s: the seat ledger said %d sold, the rows %d; set from the rows", event_id, ledger, sold)
+    return ledger
+
+
+def _recount(k: r.EventKeys, report: Report) -> bool:
+    """Set seats left from Postgres (see lua/seats_heal.lua for why it is exact)."""
+    recount = r.client().lock(k.recount, timeout=_RECOUNT_TIMEOUT_SEC, blocking=False)
+    if not recount.acquire():
+        return False
+    try:
+        returned = {rid.decode() for rid in r.client().hkeys(k.returned)}
+        outermost = not connection.in_atomic_block
+        with transaction.atomic():
+            if connection.vendor == "postgresql" and outermost:  # one snapshot for every query below
+                with connection.cursor() as cur:
+                    cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            # The snapshot starts with this first query; the outbox is read after it.
+            total = Event.objects.values_list("total_seats", flat=True).get(event_id=k.event_id)
+            rows = Reservation.objects.filter(event_id=k.event_id)
+            sold = rows.filter(status=Reservation.Status.CONFIRMED).aggregate(n=Sum("seat_count"))["n"] or 0
+            unreturned = sum(
+                seats
+                for rid, seats in rows.filter(status=Reservation.Status.CANCELLED).values_list(
+                    "reservation_id", "seat_count"
+                )
+                if str(rid) not in returned
+            )
+            outbox_ids = [f[b"reservationId"].decode() for _, f in r.client().xrange(k.outbox, "-", "+")]
+            durable = [
+                str(rid)
+                for rid in rows.filter(reservation_id__in=outbox_ids)
+                .exclude(status=Reservation.Status.VOID)
+                .values_list("reservation_id", flat=True)
+            ]
+        reply = r.run(
+            "seats_heal",
+            [k.seats, k.outbox, k.recount],
+            [recount.local.token, total - sold - unreturned, *durable],
+        )
+    except (DatabaseError, *REDIS_ERRORS) as exc:
+        log.error("%s: seats not recounted: %s", k.event_id, exc)
+        return False
+    finally:
+        try:
+            recount.release()
+        except (LockError, *REDIS_ERRORS):
+            pass
+    if reply == [b"LOST"]:
+        log.error("%s: seat recount took too long; not applied", k.event_id)
+        return False
+    before, after, pending = reply
+    report.recounted = True
+    report.total_seats, report.sold, report.unreturned = total, sold, unreturned
+    report.seats_left, report.pending = after, pending
+    if before != after:
+        report.healed_from = before
+    return True
+
+
+def _return_cancelled(k: r.EventKeys, report: Report) -> None:
+    returned = {rid.decode() for rid in r.client().hkeys(k.returned)}
+    for reservation in Reservation.objects.filter(event_id=k.event_id, status=Reservation.Status.CANCELLED):
+        rid = str(reservation.reservation_id)
+        if rid in returned:
+            if reservation.seats_returned_at is None:
+                Reservation.objects.filter(pk=reservation.pk, seats_returned_at=None).update(
+                    seats_returned_at=timezone.now()
+                )
+            continue
+        if return_seats(reservation, wait=False):
+            report.unreturned -= reservation.seat_count
+            report.seats_left = (report.seats_left or 0) + reservation.seat_count
+
+
+def event_recover(event_id: str) -> Report:
+    """Rebuild an event's Redis state from Postgres after Redis lost its data.
+
+    Settings and status, a booking mark for every confirmed reservation (those tokens
+    poll BOOKED and cannot book again), then reconcile: seats left from Postgres,
+    cancellations returned once. The waiting line itself is not in Postgres: people
+    rejoin and go to the back.
+    """
+    event = Event.objects.get(event_id=event_id)
+    queue.event_publish(event, sold=event.seats_sold)
+    return booking_reconcile(event_id)
+
+
+def restore_marks(event_id: str, batch: int = 1000) -> int:
+    """Every confirmed reservation's token has its booking mark (lua/mark_restore.lua).
+
+    One MGET per thousand reservations finds the marks Redis lost; only those are
+    written. Returns how many.
+    """
+    k = r.EventKeys(event_id)
+    confirmed = Reservation.objects.filter(event_id=event_id, status=Reservation.Status.CONFIRMED)
+    rows = list(confirmed.values_list("reservation_id", "token"))
+    restored = 0
+    for start in range(0, len(rows), batch):
+        chunk = rows[start : start + batch]
+        marks = r.client().mget([k.booked(str(token)) for _, token in chunk])
+        for (rid, token), mark in zip(chunk, marks, strict=True):
+            if mark is None or mark.decode() != str(rid):
+                restored += r.run(
+                    "mark_restore",
+                    [k.booked(str(token)), k.returned, k.bucket(token.bytes)],
+                    [str(rid), token.bytes],
+                )
+    return restored
+
+
+def events_reconcile() -> dict[str, bool]:
+    """Reconcile every event that Redis knows or that is not closed; rebuild an open
+    one Redis lost (a restart without its data) from Postgres."""
+    known = {e.decode() for e in r.client().smembers(r.EVENTS_KEY)}
+    reports = {}
+    for event in Event.objects.all():
+        if event.event_id in known:
+            reports[event.event_id] = booking_reconcile(event.event_id).consistent
+        elif event.status != Event.Status.CLOSED and not r.client().exists(r.EventKeys(event.event_id).meta):
+            log.error("%s: Redis had lost the event; rebuilding it from Postgres", event.event_id)
+            reports[event.event_id] = event_recover(event.event_id).consistent
+    return reports

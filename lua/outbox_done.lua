@@ -1,0 +1,12 @@
+-- Take a booking's entry out of the outbox once its row is in Postgres. While a seat
+-- recount runs (lua/seats_heal.lua) the entry stays: removing it then could hide a
+-- sold seat from the recount. Reconcile removes what stays.
+--
+-- KEYS[1] outbox   STREAM  bookings not yet decided in Postgres
+-- KEYS[2] recount  STRING  set while reconcile recounts seats left
+-- ARGV[1] outbox entry id
+--
+-- Returns 1 when removed, 0 when it was not there, -1 when left for reconcile.
+-- Its one write is XDEL, after both keys were read (a wrong type fails first).
+if redis.call('GET', KEYS[2]) then return -1 end
+return redis.call('XDEL', KEYS[1], ARGV[1])

@@ -1,0 +1,395 @@
+"""Every script checks everything before its first write.
+
+Redis runs a script atomically but does not roll back: the writes done before a
+command fails (WRONGTYPE, a counter that is not a number, ...) stay. A script that
+wrote first and then met a bad key would leave half a change behind, e.g. an
+arrival number issued with nobody in line. So each case below sets up a realistic
+event, gives one key the script touches the wrong type (or a counter a non-number),
+runs the script through the real service function and proves that it failed with a
+Redis error AND that no key of the event changed, the corrupted one included.
+
+To cover another script, add a `Case` to CASES: its setup, its call and the KEYS
+positions of its header. `test_every_key_of_each_case_is_covered` keeps the table
+honest when a header gains a key.
+"""
+
+import re
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+import redis as redis_lib
+from django.conf import settings
+
+from booking_app import reconcile
+from booking_app import services as booking
+from booking_app.models import Reservation
+from conftest import event_state
+from queue_app import services
+from queue_app.models import Event
+from ticketing import ratelimit
+from ticketing import redis as r
+
+ADMIT_PER_SECOND = 2
+
+
+@dataclass
+class World:
+    """What a setup made and a call acts on."""
+
+    event: Event
+    tokens: list[services.Token]  # everyone who joined, in arrival order
+    token: services.Token  # the person the call is about
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def keys(self) -> r.EventKeys:
+        return r.EventKeys(self.event.event_id)
+
+
+def crowd(make_event: Callable[..., Event]) -> World:
+    """A fresh event in mid-sale: 2 admitted, 5 waiting, 1 who left (a hole in the
+    line between the first two now waiting), ticks and a rate on record.
+
+    Line after setup: [t2, t3 (left), t4, t5, t6, t7]; the next tick admits t2, t4.
+    """
+    event = make_event(admit_per_second=ADMIT_PER_SECOND, total_seats=100)
+    tokens = [services.parse_token(services.queue_join(event_id=event.event_id)["token"]) for _ in range(8)]
+    tick = services.event_admit(event.event_id)  # a fresh event's first tick always runs
+    assert (tick.outcome, tick.admitted) == ("ADMITTED", ADMIT_PER_SECOND)
+    assert services.queue_leave(event_id=event.event_id, token=tokens[3])["removed"]
+    # The last tick was a second ago, so the next one is due now (no sleeping).
+    k = r.EventKeys(event.event_id)
+    r.client().set(k.tick, int(r.client().time()[0]) - 1)
+    return World(event, tokens, tokens[5])
+
+
+def crowd_new_person(make_event: Callable[..., Event]) -> World:
+    """The crowd, and the token the next join will hand out (known in advance so
+    that its own keys, bucket and booking mark, can be corrupted too)."""
+    world = crowd(make_event)
+    world.token = services.Token.new()
+    return world
+
+
+def crowd_window_passed(make_event: Callable[..., Event]) -> World:
+    """The crowd, and an admitted person whose window has just passed (not yet
+    swept by a tick): their rejoin goes to the back of the line."""
+    world = crowd(make_event)
+    world.token = world.tokens[0]
+    r.client().zadd(world.keys.active, {world.token.raw: r.now_ms() - 1000}, xx=True)
+    return world
+
+
+def crowd_rate_limited(make_event: Callable[..., Event]) -> World:
+    """The crowd, and one client address that has made 3 joins this second."""
+    world = crowd(make_event)
+    world.extra["meta"] = {"REMOTE_ADDR": f"10.{uuid.uuid4().int % 250}.0.{uuid.uuid4().int % 250}"}
+    for _ in range(3):
+        ratelimit.rate_limit(world.extra["meta"], "join", 10)
+    return world
+
+
+def join(world: World) -> Any:
+    with mock.patch.object(services.Token, "new", return_value=world.token):
+        return services.queue_join(event_id=world.event.event_id)
+
+
+def rejoin(world: World) -> Any:
+    return services.queue_rejoin(event_id=world.event.event_id, token=world.token)
+
+
+def leave(world: World) -> Any:
+    return services.queue_leave(event_id=world.event.event_id, token=world.token)
+
+
+def poll(world: World) -> Any:
+    return services.queue_poll(event_id=world.event.event_id, token=world.token)
+
+
+def admit(world: World) -> Any:
+    return services.event_admit(world.event.event_id)
+
+
+def publish(world: World) -> Any:
+    """The operator changes a setting: written over the live record."""
+    world.event.admit_per_second = 5
+    return services.event_publish(world.event)
+
+
+def limit(world: World) -> Any:
+    return ratelimit.rate_limit(world.extra["meta"], "join", 10)
+
+
+def booking_stranded(make_event: Callable[..., Event]) -> World:
+    """The crowd, and a booking of the first admitted person whose process died after
+    its Redis step: its entry waits in the outbox. The person the call is about is
+    the other admitted one, still in their window."""
+    world = crowd(make_event)
+    k, token = world.keys, world.tokens[0]
+    b = booking.Booking(uuid.uuid4(), world.event.event_id, token.text, 2)
+    reply = r.run(
+        "reserve",
+        [k.meta, k.active, k.booked(token.text), k.seats, k.outbox],
+        [token.raw, token.text, 2, str(b.reservation_id), "", ""],
+    )
+    world.extra.update(booking=b, entry=reply[2])
+    world.token = world.tokens[1]
+    return world
+
+
+def booking_recounting(make_event: Callable[..., Event]) -> World:
+    world = booking_stranded(make_event)
+    r.client().set(world.keys.recount, "ours", px=60_000)
+    return world
+
+
+def booking_mark_lost(make_event: Callable[..., Event]) -> World:
+    """The crowd, and a confirmed reservation whose booking mark Redis lost."""
+    world = crowd(make_event)
+    world.token = world.tokens[1]
+    Reservation.objects.create(event=world.event, token=world.token.text, seat_count=1)
+    return world
+
+
+def reserve(world: World) -> Any:
+    return booking.booking_reserve(event_id=world.event.event_id, token=world.token, seat_count=1)
+
+
+def release(world: World) -> Any:
+    return booking.release(
+        world.keys, world.extra["entry"], world.extra["booking"], booking.Decision(booking.NOT_SAVED)
+    )
+
+
+def outbox_done(world: World) -> Any:
+    return booking.outbox_done(world.keys, world.extra["entry"])
+
+
+def cancel(world: World) -> Any:
+    returned = Reservation(
+        event=world.event, reservation_id=uuid.uuid4(), token=world.token.text, seat_count=1
+    )
+    return booking.give_back_cancelled(returned)
+
+
+def heal(world: World) -> Any:
+    k = world.keys
+    return r.run("seats_heal", [k.seats, k.outbox, k.recount], ["ours", 100])
+
+
+def mark_restore(world: World) -> Any:
+    return reconcile.restore_marks(world.event.event_id)
+
+
+@dataclass(frozen=True)
+class Case:
+    script: str
+    setup: Callable[[Callable[..., Event]], World]  # make_event -> World
+    call: Callable[[World], Any]  # runs the script once through its service
+    keys: tuple[int, ...]  # KEYS positions to give the wrong type
+    counters: tuple[int, ...] = ()  # KEYS positions holding a number: also given "x"
+
+
+CASES = [
+    Case("join", crowd_new_person, join, keys=(1, 2, 3, 4, 5, 6), counters=(2,)),
+    Case("join", crowd_window_passed, rejoin, keys=(1, 2, 3, 4, 5, 6), counters=(2,)),
+    Case("leave", crowd, leave, keys=(1, 2, 3)),
+    Case("poll", crowd, poll, keys=(1, 2, 3, 4, 5, 6, 7, 8), counters=(2, 3, 8)),
+    Case("admit", crowd, admit, keys=(1, 2, 3, 4, 5, 6, 7, 8, 9), counters=(2, 3, 7, 8)),
+    Case("event_sync", crowd, publish, keys=(1, 2), counters=(2,)),
+    Case("ratelimit", crowd_rate_limited, limit, keys=(1,), counters=(1,)),
+    Case("reserve", booking_stranded, reserve, keys=(1, 2, 3, 4, 5), counters=(4,)),
+    Case("release", booking_stranded, release, keys=(1, 2, 3, 4), counters=(2,)),
+    Case("outbox_done", booking_stranded, outbox_done, keys=(1, 2)),
+    Case("cancel", booking_stranded, cancel, keys=(1, 2, 3, 4), counters=(1,)),
+    # A seats value that is not a number is simply replaced by the recount.
+    Case("seats_heal", booking_recounting, heal, keys=(1, 2, 3)),
+    Case("mark_restore", booking_mark_lost, mark_restore, keys=(1, 2, 3)),
+]
+
+
+def header_types(script: str) -> dict[int, str]:
+    """KEYS position -> the Redis type its header declares, e.g. {1: 'HASH'}."""
+    text = (Path(settings.BASE_DIR) / "lua" / f"{script}.lua").read_text()
+    return {int(n): kind for n, kind in re.findall(r"^-- KEYS\[(\d+)\]\s+\S+\s+([A-Z]+)", text, re.M)}
+
+
+class _Recorded(Exception):
+    pass
+
+
+def keys_passed(case: Case, world: World) -> list[str]:
+    """The KEYS the service hands to its script, read off the call without running
+    it: the test follows services.py instead of repeating its key lists."""
+    seen = []
+
+    def record(name: str, keys: list[str], args: list[Any], **kwargs: Any) -> Any:
+        seen.append((name, keys))
+        raise _Recorded
+
+    with mock.patch.object(r, "run", record), pytest.raises(_Recorded):
+        case.call(world)
+    [(name, keys)] = seen
+    assert name == case.script
+    return keys
+
+
+def dump(name: str) -> tuple[str, Any]:
+    c = r.client()
+    kind = c.type(name).decode()
+    reader = {"none": lambda n: None, "string": c.get, "list": lambda n: c.lrange(n, 0, -1)}[kind]
+    return kind, reader(name)
+
+
+def outside(world: World, keys: list[str]) -> list[str]:
+    """The script's keys that are not the event's (the rate-limit counter)."""
+    return [name for name in keys if not name.startswith(r.key(world.event.event_id))]
+
+
+def state(world: World, keys: list[str]) -> dict:
+    """Every key of the event, plus the script's keys that live outside it."""
+    return event_state(world.event.event_id) | {name: dump(name) for name in outside(world, keys)}
+
+
+def corrupt(name: str, declared: str, how: str) -> None:
+    """A string key becomes a list, any other a string; a counter may get "x"."""
+    c = r.client()
+    c.delete(name)
+    if how == "type" and declared == "STRING":
+        c.rpush(name, "x")
+    else:
+        c.set(name, "x")
+
+
+PARAMS = [
+    pytest.param(case, position, how, id=f"{case.script}:{case.call.__name__}:KEYS[{position}]:{how}")
+    for case in CASES
+    for how, positions in (("type", case.keys), ("number", case.counters))
+    for position in positions
+]
+
+
+@pytest.mark.parametrize(("case", "position", "how"), PARAMS)
+def test_a_bad_key_fails_the_script_before_it_writes(case, position, how, make_event):
+    world = case.setup(make_event)
+    keys = keys_passed(case, world)
+    try:
+        corrupt(keys[position - 1], header_types(case.script)[position], how)
+        before = state(world, keys)
+        with pytest.raises(redis_lib.exceptions.ResponseError):
+            case.call(world)
+        assert state(world, keys) == before
+    finally:
+        for name in outside(world, keys):  # make_event wipes the event's own keys
+            r.client().delete(name)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.script}:{c.call.__name__}")
+def test_every_key_of_each_case_is_covered(case):
+    declared = header_types(case.script)
+    assert set(case.keys) == set(declared), f"{case.script}: KEYS in the header vs the table"
+    assert all(declared[n] == "STRING" for n in case.counters)
+
+
+# --- Values, not types ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("index", [0, 2], ids=["head", "last-candidate"])
+def test_admit_with_a_bad_token_bucket_in_the_batch_changes_nothing(make_event, index):
+    """The tick reads every candidate's state before it pops anyone: a bad bucket
+    behind the first admitted person must not leave the head popped and `popped`
+    stale (which would make everyone behind look like a hole)."""
+    world = crowd(make_event)
+    c = r.client()
+    bucket = world.keys.bucket(c.lindex(world.keys.line, index))
+    c.delete(bucket)
+    c.set(bucket, "x")
+    before = event_state(world.event.event_id)
+    with pytest.raises(redis_lib.exceptions.ResponseError):
+        admit(world)
+    assert event_state(world.event.event_id) == before
+
+
+@pytest.mark.parametrize("field_name", ["admitPerSecond", "windowSeconds", "maxActive"])
+def test_admit_with_a_non_number_setting_changes_nothing(make_event, field_name):
+    world = crowd(make_event)
+    r.client().hset(world.keys.meta, field_name, "x")
+    before = event_state(world.event.event_id)
+    with pytest.raises(redis_lib.exceptions.ResponseError):
+        admit(world)
+    assert event_state(world.event.event_id) == before
+
+
+def test_leave_with_a_non_number_place_changes_nothing(make_event):
+    world = crowd(make_event)
+    r.client().hset(world.keys.bucket(world.token.raw), world.token.raw, "x")
+    before = event_state(world.event.event_id)
+    with pytest.raises(redis_lib.exceptions.ResponseError):
+        leave(world)
+    assert event_state(world.event.event_id) == before
+
+
+def test_event_sync_with_an_odd_settings_list_changes_nothing(make_event):
+    world = crowd(make_event)
+    k = world.keys
+    before = event_state(world.event.event_id)
+    with pytest.raises(redis_lib.exceptions.ResponseError):
+        r.run("event_sync", [k.meta, k.seats], [120, 0, 1, "status", "OPEN", "name"])
+    assert event_state(world.event.event_id) == before
+
+
+@pytest.mark.parametrize("args", [["x", 1000], [10, "x"]], ids=["limit", "window"])
+def test_ratelimit_with_a_bad_argument_counts_nothing(args):
+    c = r.client()
+    counter = f"ticket:ratelimit:test:{uuid.uuid4().hex}"
+    c.set(counter, 3, px=60_000)
+    try:
+        with pytest.raises(redis_lib.exceptions.ResponseError):
+            r.run("ratelimit", [counter], args)
+        assert c.get(counter) == b"3"
+    finally:
+        c.delete(counter)
+
+
+# --- Redis' clock jumping back --------------------------------------------------
+
+
+@pytest.mark.parametrize("ahead", [7, 3600])
+def test_a_last_tick_far_ahead_is_a_clock_jump_and_the_tick_admits(make_event, ahead):
+    """After a failover to a replica whose clock is behind, the stored last tick is
+    in the future: admission must not stop until the clock catches up."""
+    world = crowd(make_event)
+    c = r.client()
+    second = int(c.time()[0])
+    c.set(world.keys.tick, second + ahead)
+    tick = admit(world)
+    assert (tick.outcome, tick.admitted) == ("ADMITTED", ADMIT_PER_SECOND)
+    assert second <= int(c.get(world.keys.tick)) <= second + 1  # the new clock's second
+
+
+def test_after_a_clock_jump_the_tick_is_once_per_second_again(make_event):
+    world = crowd(make_event)
+    c = r.client()
+    _, micros = c.time()
+    time.sleep(1 - micros / 1e6 + 0.01)  # both ticks in one fresh second
+    c.set(world.keys.tick, int(c.time()[0]) + 3600)
+    assert [admit(world).outcome, admit(world).outcome] == ["ADMITTED", "ALREADY_TICKED"]
+
+
+@pytest.mark.parametrize("ahead", [1, 5])
+def test_a_last_tick_slightly_ahead_still_counts_as_already_ticked(make_event, ahead):
+    """Within the tolerance a tick ahead is this second's (two beats in one second
+    admit once), not a clock jump."""
+    world = crowd(make_event)
+    c = r.client()
+    c.set(world.keys.tick, int(c.time()[0]) + ahead)
+    before = event_state(world.event.event_id)
+    tick = admit(world)
+    assert (tick.outcome, tick.admitted) == ("ALREADY_TICKED", 0)
+    assert event_state(world.event.event_id) == before
