@@ -151,13 +151,13 @@ def _settle_outbox(k: r.EventKeys, report: Report) -> None:
 
 
 def _check_ledger(event_id: str) -> int | None:
-    """Set the event's seat ledger from its confirmed rows if the two disagree (they
-    move in one transaction, so only a hand-made change can part them). Returns the
-    wrong value, or None.
+    """Set the event's seat ledger from its confirmed rows if the two disagree (a
+    trigger moves it in the same statement as each row, so only a hand-made change
+    can part them). Returns the wrong value, or None.
 
-    Exact under load: the event's row is locked first, and a booking moves the
-    ledger only after its INSERT, so a booking not yet committed waits for this
-    transaction and then adds its seats to the corrected value."""
+    Exact under load: the event's row is locked first, and a booking's trigger moves
+    the ledger after its row is inserted, so a booking not yet committed waits for
+    this transaction and then adds its seats to the corrected value."""
     with transaction.atomic():
         ledger = Event.objects.select_for_update().values_list("seats_sold", flat=True).get(event_id=event_id)
         rows = Reservation.objects.filter(event_id=event_id, status=Reservation.Status.CONFIRMED)
@@ -281,9 +281,15 @@ def events_reconcile() -> dict[str, bool]:
     known = {e.decode() for e in r.client().smembers(r.EVENTS_KEY)}
     reports = {}
     for event in Event.objects.all():
-        if event.event_id in known:
-            reports[event.event_id] = booking_reconcile(event.event_id).consistent
-        elif event.status != Event.Status.CLOSED and not r.client().exists(r.EventKeys(event.event_id).meta):
-            log.error("%s: Redis had lost the event; rebuilding it from Postgres", event.event_id)
-            reports[event.event_id] = event_recover(event.event_id).consistent
+        try:
+            if event.event_id in known:
+                reports[event.event_id] = booking_reconcile(event.event_id).consistent
+            elif event.status != Event.Status.CLOSED and not r.client().exists(
+                r.EventKeys(event.event_id).meta
+            ):
+                log.error("%s: Redis had lost the event; rebuilding it from Postgres", event.event_id)
+                reports[event.event_id] = event_recover(event.event_id).consistent
+        except (DatabaseError, *REDIS_ERRORS) as exc:  # the next run tries again; other events go on
+            log.error("%s: not reconciled: %s", event.event_id, exc)
+            reports[event.event_id] = False
     return reports

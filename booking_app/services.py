@@ -2,8 +2,9 @@
 
 1. `lua/reserve.lua` takes the seats in Redis and appends the booking, with every
    field its row needs, to the event's outbox stream.
-2. Postgres decides, once: the row is written CONFIRMED (and the event's seat ledger
-   moves in the same transaction), or VOID when it cannot be. The reservation id is
+2. Postgres decides, once: the row is written CONFIRMED (a trigger moves the event's
+   seat ledger in the same statement, and refuses what it has no room for), or VOID
+   when it cannot be. The reservation id is
    unique, so whoever writes it first (the request, its own retry after an unknown
    commit, or reconcile) decides, and everyone after reads that decision.
 3. Redis follows the decision: a confirmed booking leaves the outbox
@@ -15,6 +16,7 @@ row made sure it can never be confirmed, and BOOKING_PENDING when Postgres could
 be asked: then the outbox entry waits for reconcile (booking_app/reconcile.py).
 """
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -22,7 +24,6 @@ import uuid
 from dataclasses import dataclass
 
 from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, connection, transaction
-from django.db.models import F
 from django.utils import timezone
 
 from booking_app import publish
@@ -83,24 +84,22 @@ class Decision:
     seats_free: int = 0  # for NO_ROOM: seats Postgres still has
 
 
-class _NoRoom(Exception):
-    pass
-
-
-def _take_seats(event_id: str, seats: int) -> bool:
-    """Move the ledger, or refuse: one conditional UPDATE on the event's row, so
-    concurrent bookings queue on its lock and the check and the move are one step."""
-    return bool(
-        Event.objects.filter(event_id=event_id, seats_sold__lte=F("total_seats") - seats).update(
-            seats_sold=F("seats_sold") + seats
-        )
-    )
+def _one_statement() -> contextlib.AbstractContextManager:
+    """A savepoint inside a caller's transaction; otherwise nothing, so the statement
+    commits on its own. The seat ledger's trigger locks the event's row inside that
+    statement: with no round trip to Python before the COMMIT, concurrent bookings
+    of one event wait on that lock only for Postgres' own work (docs/benchmarks.md)."""
+    return transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext()
 
 
 def _record(b: Booking) -> Decision:
-    """Write the booking CONFIRMED, or learn how it was decided before."""
+    """Write the booking CONFIRMED, or learn how it was decided before.
+
+    One INSERT: a trigger moves the event's seat ledger in the same statement, and
+    the ledger's CHECK (never_oversold) refuses the row when Postgres has no room.
+    """
     try:
-        with transaction.atomic():
+        with _one_statement():
             row = Reservation.objects.create(
                 reservation_id=b.reservation_id,
                 event_id=b.event_id,
@@ -109,16 +108,13 @@ def _record(b: Booking) -> Decision:
                 buyer_name=b.buyer_name,
                 buyer_email=b.buyer_email,
             )
-            # Last, so the event's row is locked only for the commit itself.
-            if not _take_seats(b.event_id, b.seat_count):
-                raise _NoRoom
             transaction.on_commit(lambda: publish.publish_soon(row))
         return Decision(CONFIRMED, row)
-    except _NoRoom:
+    except IntegrityError as exc:
+        refused = exc
+    if "never_oversold" in str(refused):
         total, sold = Event.objects.values_list("total_seats", "seats_sold").get(event_id=b.event_id)
         return _void(b, Decision(NO_ROOM, seats_free=total - sold))
-    except IntegrityError:
-        pass
     # This id was decided before, or the token already holds a confirmed reservation
     # (Redis had lost its booking mark).
     decided = Reservation.objects.filter(reservation_id=b.reservation_id).first()
@@ -128,7 +124,7 @@ def _record(b: Booking) -> Decision:
         event_id=b.event_id, token=b.token, status=Reservation.Status.CONFIRMED
     ).first()
     if existing is None:
-        raise DatabaseError(f"reservation {b.reservation_id} refused by a constraint")
+        raise refused
     return _void(b, Decision(ALREADY_BOOKED, existing))
 
 
@@ -296,9 +292,9 @@ _RECOUNT_WAIT_SEC = 0.025
 def booking_cancel(*, reservation_id: uuid.UUID, token: str | None = None) -> Reservation:
     """Cancel a confirmed reservation and give its seats back.
 
-    Postgres first (a compare-and-set on the status, and the ledger, in one
-    transaction), then Redis: if Redis fails in between, the seats are missing (never
-    oversold) until reconcile returns them, exactly once.
+    Postgres first (a compare-and-set on the status), then Redis: if Redis fails in
+    between, the seats are missing (never oversold) until reconcile returns them,
+    exactly once.
     """
     rows = Reservation.objects.filter(reservation_id=reservation_id).exclude(status=Reservation.Status.VOID)
     if token is not None:
@@ -306,14 +302,10 @@ def booking_cancel(*, reservation_id: uuid.UUID, token: str | None = None) -> Re
     reservation = rows.first()
     if reservation is None:
         raise ApiError(404, "RESERVATION_NOT_FOUND", "No such reservation for this token.")
-    with transaction.atomic():
-        updated = rows.filter(status=Reservation.Status.CONFIRMED).update(
-            status=Reservation.Status.CANCELLED, cancelled_at=timezone.now()
-        )
-        if updated:
-            Event.objects.filter(event_id=reservation.event_id).update(
-                seats_sold=F("seats_sold") - reservation.seat_count
-            )
+    # One UPDATE; the seat ledger's trigger gives the seats back in Postgres with it.
+    updated = rows.filter(status=Reservation.Status.CONFIRMED).update(
+        status=Reservation.Status.CANCELLED, cancelled_at=timezone.now()
+    )
     if not updated:
         raise ApiError(409, "ALREADY_CANCELLED", "This reservation was already cancelled.")
     reservation.refresh_from_db()

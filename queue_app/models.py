@@ -34,11 +34,12 @@ class Event(models.Model):
         default=0, help_text="Most people in the active window at once; 0 = no cap."
     )
     max_seats_per_booking = models.PositiveIntegerField(default=4, validators=[MinValueValidator(1)])
-    # The durable seat count: the sum of confirmed reservations, kept by the booking
-    # app in the same transaction as each reservation it confirms or cancels. Redis
-    # decides who gets a seat; this column, and the constraint below, make Postgres
-    # refuse a sale that Redis allowed from a count it had lost (a restart that lost
-    # its last second), so a seat is never sold twice whatever Redis says.
+    # The durable seat count: the sum of confirmed reservations, kept by a database
+    # trigger in the same statement as every change of a reservation (see
+    # booking_app/migrations/0003_seat_ledger_trigger.py). Redis decides who gets a
+    # seat; this column and the constraint below make Postgres refuse a sale that
+    # Redis allowed from a count it had lost (a restart that lost its last second),
+    # so a seat is never sold twice whatever Redis says.
     seats_sold = models.PositiveIntegerField(default=0, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -55,8 +56,8 @@ class Event(models.Model):
         return self.name or self.event_id
 
     def save(self, *args, **kwargs) -> None:
-        # seats_sold moves only by the booking transactions' own UPDATEs: saving the
-        # operator's fields must never write back a count read before a sale.
+        # seats_sold moves only by the reservations' trigger: saving the operator's
+        # fields must never write back a count read before a sale.
         if not self._state.adding and kwargs.get("update_fields") is None:
             kwargs["update_fields"] = [
                 f.name for f in self._meta.concrete_fields if not f.primary_key and f.name != "seats_sold"

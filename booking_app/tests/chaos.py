@@ -158,7 +158,6 @@ class Run:
                 eligible = m.kind == "Q" and (
                     text.startswith("COMMIT")
                     or text.startswith('INSERT INTO "BOOKING_APP_RESERVATION"')
-                    or text.startswith('UPDATE "QUEUE_APP_EVENT"')
                     or text.startswith('UPDATE "BOOKING_APP_RESERVATION"')
                 )
                 step = text.split(" ", 1)[0]

@@ -340,8 +340,11 @@ def once(wanted: Callable[[Message], bool], action: Action) -> Callable[[Message
     return rule
 
 
-def is_commit(m: Message) -> bool:
-    return m.kind == "Q" and m.text.strip().upper() == "COMMIT"
+def commits_a_booking(m: Message) -> bool:
+    """The statement that makes a booking durable: its INSERT, which commits on its
+    own (or a COMMIT, were it ever sent inside a transaction)."""
+    text = m.text.lstrip().upper()
+    return m.kind == "Q" and (text == "COMMIT" or text.startswith('INSERT INTO "BOOKING_APP_RESERVATION"'))
 
 
 def runs_script(*names: str) -> Callable[[Message], bool]:
@@ -356,7 +359,7 @@ def test_a_commit_whose_acknowledgement_was_lost_is_confirmed_not_undone(
     event = make_event(total_seats=4)
     first, second = active_tokens(event, 2)
     base, _ = gunicorn({"DATABASE_URL": pg_proxy.postgres_url(settings.DATABASES["default"]["NAME"])})
-    pg_proxy.rule = once(is_commit, Action.CUT_AFTER)  # Postgres commits; the app hears nothing
+    pg_proxy.rule = once(commits_a_booking, Action.CUT_AFTER)  # Postgres commits; the app hears nothing
     resp = _post(base, "/api/booking", {"token": first, "seatCount": 4, "eventId": event.event_id})
     assert resp.status_code == 200, resp.text
     rid = resp.json()["data"]["reservationId"]
@@ -376,7 +379,7 @@ def test_a_commit_that_never_reached_postgres_is_decided_on_a_fresh_connection(
     event = make_event(total_seats=4)
     token = active_tokens(event, 1)[0]
     base, _ = gunicorn({"DATABASE_URL": pg_proxy.postgres_url(settings.DATABASES["default"]["NAME"])})
-    pg_proxy.rule = once(is_commit, Action.CUT_BEFORE)  # the transaction dies uncommitted
+    pg_proxy.rule = once(commits_a_booking, Action.CUT_BEFORE)  # it never reaches Postgres
     resp = _post(base, "/api/booking", {"token": token, "seatCount": 3, "eventId": event.event_id})
     assert resp.status_code == 200, resp.text  # written again on the fresh connection
     rid = resp.json()["data"]["reservationId"]
@@ -501,3 +504,45 @@ def test_reconcile_sets_a_seat_ledger_changed_by_hand_from_the_rows(postgres, ma
     assert (report.ledger_fixed_from, report.sold) == (7, 3)
     assert ledger(event.event_id) == 3
     assert reconcile.booking_reconcile(event.event_id).consistent
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_periodic_reconcile_rebuilds_an_open_event_redis_lost(
+    postgres, redis_server, make_event, active_tokens, api
+):
+    from booking_app.tasks import reconcile_all
+
+    event = make_event(total_seats=10)
+    closed = make_event(total_seats=5, status="CLOSED")
+    token = active_tokens(event, 1)[0]
+    rid = book(api, token, event.event_id, 3)[1]["data"]["reservationId"]
+    redis_server.crash()
+    redis_server.restart()  # without its data
+    assert api.join(event.event_id)[1]["error"]["code"] == "EVENT_NOT_FOUND"
+
+    reports = reconcile_all()
+    assert event.event_id in reports and closed.event_id not in reports
+    assert seats_left(event.event_id) == 7
+    polled = api.poll(token, event.event_id)[1]["data"]
+    assert (polled["status"], polled["reservationId"]) == ("BOOKED", rid)
+    assert api.join(event.event_id)[0] == 200
+    assert reconcile_all()[event.event_id] is True  # consistent from then on
+
+
+def test_the_database_keeps_the_seat_ledger_and_refuses_an_oversale(make_event, active_tokens, api):
+    """On every database (Postgres, and SQLite for `make run`): the trigger moves the
+    ledger with each reservation, and the CHECK refuses a row Postgres has no room for."""
+    event = make_event(total_seats=3)
+    token = active_tokens(event, 1)[0]
+    rid = book(api, token, event.event_id, 2)[1]["data"]["reservationId"]
+    assert ledger(event.event_id) == 2
+    # A booking Redis let through from a count it had lost: Postgres says no.
+    decision = services.booking_decide(services.Booking(uuid.uuid4(), event.event_id, str(uuid.uuid4()), 2))
+    assert (decision.outcome, decision.seats_free) == (services.NO_ROOM, 1)
+    assert ledger(event.event_id) == 2
+    services.booking_cancel(reservation_id=uuid.UUID(rid))
+    assert ledger(event.event_id) == 0
+    Reservation.objects.filter(reservation_id=rid).update(status="CONFIRMED")  # an edit by hand
+    assert ledger(event.event_id) == 2
+    Reservation.objects.filter(reservation_id=rid).delete()
+    assert ledger(event.event_id) == 0
