@@ -5,6 +5,9 @@ afterwards, so tests never see each other's state."""
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -175,41 +178,46 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def start_gunicorn(env: dict, *, workers: int = 1) -> tuple[str, subprocess.Popen]:
+    """An app server as production runs it (gunicorn, gthread workers), in its own
+    process group so a test may kill it whole or one worker at a time."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "ticketing.wsgi:application",
+            "-b",
+            f"127.0.0.1:{port}",
+            "-w",
+            str(workers),
+            "--threads",
+            "8",
+            "--worker-class",
+            "gthread",
+            "--graceful-timeout",
+            "1",
+        ],
+        cwd=settings.BASE_DIR,
+        env={**os.environ, "REDIS_URL": settings.REDIS_URL, **env},
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    base = f"http://127.0.0.1:{port}"
+    wait_for_health(base, proc)
+    return base, proc
+
+
 @pytest.fixture
 def gunicorn():
-    """Start app servers as separate processes (own process group); killed afterwards."""
-    import signal
-    import subprocess
-    import sys
-
+    """Start app servers as separate processes; killed afterwards."""
     started: list[subprocess.Popen] = []
 
     def start(env: dict) -> tuple[str, subprocess.Popen]:
-        port = free_port()
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "ticketing.wsgi:application",
-                "-b",
-                f"127.0.0.1:{port}",
-                "-w",
-                "1",
-                "--threads",
-                "8",
-                "--worker-class",
-                "gthread",
-            ],
-            cwd=settings.BASE_DIR,
-            env={**os.environ, "REDIS_URL": settings.REDIS_URL, **env},
-            start_new_session=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        base, proc = start_gunicorn(env)
         started.append(proc)
-        base = f"http://127.0.0.1:{port}"
-        wait_for_health(base, proc)
         return base, proc
 
     yield start

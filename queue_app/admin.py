@@ -44,6 +44,7 @@ class EventAdmin(admin.ModelAdmin):
         "seats_left",
         "admitted_last_minute",
         "bookings",
+        "seats_sold",
         "admit_per_second",
         "active_window_seconds",
         "max_active_users",

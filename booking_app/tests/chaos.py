@@ -41,7 +41,7 @@ from django.test import override_settings
 from booking_app import reconcile
 from booking_app.models import Reservation
 from booking_app.tests.conftest import RedisServer
-from conftest import free_port, wait_for_health
+from conftest import start_gunicorn
 from queue_app import services as queue
 from queue_app.models import Event
 from ticketing import redis as r
@@ -92,42 +92,15 @@ class Run:
     # --- the stack ---------------------------------------------------------------
 
     def _env(self) -> dict:
+        """What app servers and management commands of the run change in their
+        environment: Postgres and Redis through the fault proxies."""
         db_name = settings.DATABASES["default"]["NAME"]
         return {
-            **os.environ,
             "DATABASE_URL": self.pg_proxy.postgres_url(db_name),
             "REDIS_URL": self.redis_proxy.redis_url(),
             "BOOKING_RECONCILE_GRACE_SEC": str(GRACE_SEC),
             "LOG_LEVEL": "CRITICAL",
         }
-
-    def _start_app(self) -> None:
-        port = free_port()
-        self.base = f"http://127.0.0.1:{port}"
-        self.app = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "ticketing.wsgi:application",
-                "-b",
-                f"127.0.0.1:{port}",
-                "-w",
-                "2",
-                "--threads",
-                "8",
-                "--worker-class",
-                "gthread",
-                "--graceful-timeout",
-                "1",
-            ],
-            cwd=settings.BASE_DIR,
-            env=self._env(),
-            start_new_session=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_for_health(self.base, self.app)
 
     def _workers(self) -> list[int]:
         children = []
@@ -144,7 +117,7 @@ class Run:
         return subprocess.Popen(
             [sys.executable, "manage.py", *args],
             cwd=settings.BASE_DIR,
-            env=self._env(),
+            env={**os.environ, **self._env()},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -305,7 +278,7 @@ class Run:
             tokens = [queue.queue_join(event_id=self.event_id)["token"] for _ in range(self.buyers)]
             tick = queue.event_admit(self.event_id)
             assert tick.admitted == self.buyers, tick
-            self._start_app()
+            self.base, self.app = start_gunicorn(self._env(), workers=2)
 
             self.cutting = "cuts" in self.flags
             stop = threading.Event()

@@ -1,10 +1,16 @@
+import shutil
 import time
+from pathlib import Path
 
 import pytest
+import redis as redis_lib
+from django.conf import settings
 from django.db import connection
+from django.test import override_settings
 
 from conftest import require
 from queue_app import services as queue
+from ticketing import devstack
 from ticketing import redis as r
 
 
@@ -51,8 +57,6 @@ def seats_left(event_id: str) -> int:
 
 def database_url_of_tests() -> str:
     """The test database as a DATABASE_URL, for app server processes."""
-    from django.conf import settings
-
     db = settings.DATABASES["default"]
     return f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
@@ -61,23 +65,17 @@ class RedisServer:
     """A redis-server process of the test's own: it may be flushed, crashed, and
     brought back from an older snapshot, as a real Redis is in production."""
 
-    def __init__(self, data_dir) -> None:
-        from ticketing import devstack
-
+    def __init__(self, data_dir: Path) -> None:
         self.dir = data_dir
         self.proc, self.port = devstack.start_redis(data_dir, persistent=False)
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.snapshots = 0
 
-    def client(self):
-        import redis
+    def client(self) -> redis_lib.Redis:
+        return redis_lib.Redis(port=self.port)
 
-        return redis.Redis(port=self.port)
-
-    def snapshot(self):
+    def snapshot(self) -> Path:
         """An RDB file of the data as it is now."""
-        import shutil
-
         self.client().save()
         self.snapshots += 1
         kept = self.dir / f"snapshot-{self.snapshots}.rdb"
@@ -88,20 +86,14 @@ class RedisServer:
         self.proc.kill()  # SIGKILL: nothing is written on the way out
         self.proc.wait()
 
-    def restart(self, snapshot=None) -> None:
+    def restart(self, snapshot: Path | None = None) -> None:
         """Start again on the same port, from `snapshot`, or empty."""
-        import shutil
-
-        from ticketing import devstack
-
         (self.dir / "dump.rdb").unlink(missing_ok=True)
         if snapshot is not None:
             shutil.copy(snapshot, self.dir / "dump.rdb")
         self.proc, _ = devstack.start_redis(self.dir, persistent=False, port=self.port)
 
     def stop(self) -> None:
-        from ticketing import devstack
-
         if self.proc.poll() is None:
             devstack.stop_redis(self.proc)
 
@@ -110,9 +102,6 @@ class RedisServer:
 def redis_server(tmp_path):
     """A Redis of this test's own, used by the test process too (so FLUSHALL, a
     crash or a restore harms nobody else)."""
-    from django.conf import settings
-    from django.test import override_settings
-
     server = RedisServer(tmp_path)
     caches = {"default": {**settings.CACHES["default"], "LOCATION": server.url}}
     with override_settings(CACHES=caches, REDIS_URL=server.url):
