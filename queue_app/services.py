@@ -149,7 +149,7 @@ def queue_poll(*, event_id: str, token: Token) -> dict:
         "totalWaiting": waiting,
         "ahead": rank - 1 if rank is not None else None,
         "behind": waiting - rank if rank is not None else None,
-        "remainingSeats": seats,
+        "remainingSeats": max(seats, 0),  # a recount may go below 0 until releases land
         "nextPollMs": next_poll_ms(state, rank),
         "activeExpiresAt": int(detail) if state == "ACTIVE" else None,
         "reservationId": detail.decode() if state == "BOOKED" else None,
