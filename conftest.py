@@ -3,17 +3,20 @@ machine's in CI, an embedded redis-server under `make test`) and to the database
 named by DATABASE_URL. Each test gets its own event id and its keys are removed
 afterwards, so tests never see each other's state."""
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
 import redis as redis_lib
 from django.conf import settings
+from django.http import HttpResponse
 from django.test import Client
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
@@ -114,10 +117,123 @@ class Api:
         return body["data"]["token"]
 
 
+class LaneClient:
+    """Django's test Client, except that the fast lane's routes go through the ASGI
+    application production serves (ticketing/asgi.py: the fast lane, and Django's
+    ASGI application behind it), in-process on one event loop."""
+
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    def __init__(self, django_client: Client) -> None:
+        self.django = django_client
+
+    @classmethod
+    def loop(cls) -> asyncio.AbstractEventLoop:
+        if cls._loop is None:
+            cls._loop = asyncio.new_event_loop()
+            threading.Thread(target=cls._loop.run_forever, name="lane-client", daemon=True).start()
+        return cls._loop
+
+    def generic(
+        self, method: str, path: str, data: bytes | str = b"", content_type: str | None = None, **extra
+    ) -> HttpResponse:
+        from ticketing.asgi import application
+
+        route_path, _, query = path.partition("?")
+        route = application.routes.get(route_path)
+        if route is None or route.method != method.upper():
+            return self.django.generic(
+                method, path, data, content_type or "application/octet-stream", **extra
+            )
+        body = data.encode() if isinstance(data, str) else data
+        headers = [(b"host", b"testserver"), (b"content-length", str(len(body)).encode())]
+        if content_type:
+            headers.append((b"content-type", content_type.encode()))
+        if "HTTP_X_FORWARDED_FOR" in extra:
+            headers.append((b"x-forwarded-for", extra["HTTP_X_FORWARDED_FOR"].encode()))
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0"},
+            "http_version": "1.1",
+            "method": method.upper(),
+            "scheme": "http",
+            "path": route_path,
+            "raw_path": route_path.encode(),
+            "query_string": query.encode(),
+            "root_path": "",
+            "headers": headers,
+            "client": (extra.get("REMOTE_ADDR", "127.0.0.1"), 50000),
+            "server": ("testserver", 80),
+        }
+        return asyncio.run_coroutine_threadsafe(_asgi_call(application, scope, body), self.loop()).result(60)
+
+    def get(self, path: str, data: dict | None = None, **extra) -> HttpResponse:
+        assert not data, "put the query in the path"
+        return self.generic("GET", path, **extra)
+
+    def delete(
+        self, path: str, data: bytes | str = b"", content_type: str | None = None, **extra
+    ) -> HttpResponse:
+        return self.generic("DELETE", path, data, content_type, **extra)
+
+    def put(
+        self, path: str, data: bytes | str = b"", content_type: str | None = None, **extra
+    ) -> HttpResponse:
+        return self.generic("PUT", path, data, content_type, **extra)
+
+    def post(
+        self, path: str, data: bytes | str | None = None, content_type: str | None = None, **extra
+    ) -> HttpResponse:
+        if data is not None and not isinstance(data, (bytes, str)):
+            return self.django.post(path, data, **extra)  # a form: not the fast lane's
+        return self.generic("POST", path, data or b"", content_type, **extra)
+
+
+async def _asgi_call(app, scope: dict, body: bytes) -> HttpResponse:
+    sent = False
+    started: dict = {}
+    chunks: list[bytes] = []
+
+    async def receive() -> dict:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.sleep(3600)  # no disconnect while the app answers
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            started.update(message)
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(scope, receive, send)
+    response = HttpResponse(b"".join(chunks), status=started["status"])
+    for name, value in started.get("headers", []):
+        response.headers[name.decode("latin-1")] = value.decode("latin-1")
+    response.json = lambda: json.loads(response.content)
+    return response
+
+
+@pytest.fixture(params=["django", "fast"], ids=["django-lane", "fast-lane"])
+def lane(request, client) -> Client | LaneClient:
+    """A test client for each lane: Django's (the DRF views), and the ASGI one
+    production serves (the fast lane for the crowd's endpoints)."""
+    client.raise_request_exception = False
+    return client if request.param == "django" else LaneClient(client)
+
+
 @pytest.fixture
 def api(client) -> Api:
     client.raise_request_exception = False
     return Api(client)
+
+
+@pytest.fixture
+def lanes_api(lane) -> Api:
+    """`api` on each lane in turn."""
+    return Api(lane)
 
 
 def event_state(event_id: str) -> dict:
@@ -179,28 +295,30 @@ def free_port() -> int:
 
 
 def start_gunicorn(env: dict, *, workers: int = 1) -> tuple[str, subprocess.Popen]:
-    """An app server as production runs it (gunicorn, gthread workers), in its own
-    process group so a test may kill it whole or one worker at a time."""
+    """An app server as production runs it (the Procfile's `web`: gunicorn, uvicorn
+    workers, ticketing/asgi.py), in its own process group so a test may kill it
+    whole or one worker at a time."""
     port = free_port()
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
             "gunicorn",
-            "ticketing.wsgi:application",
-            "-b",
-            f"127.0.0.1:{port}",
-            "-w",
-            str(workers),
-            "--threads",
-            "8",
-            "--worker-class",
-            "gthread",
+            "ticketing.asgi:application",
+            "--config",
+            "python:ticketing.gunicorn_conf",
             "--graceful-timeout",
             "1",
         ],
         cwd=settings.BASE_DIR,
-        env={**os.environ, "REDIS_URL": settings.REDIS_URL, **env},
+        env={
+            **os.environ,
+            "REDIS_URL": settings.REDIS_URL,
+            "HOST": "127.0.0.1",
+            "PORT": str(port),
+            "WEB_CONCURRENCY": str(workers),
+            **env,
+        },
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

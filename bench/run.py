@@ -207,7 +207,7 @@ class Bench:
         """People with known tokens (queue_join returns them; the bulk fill does not)."""
         from queue_app import services
 
-        tokens = [services.queue_join(event_id=event_id)["token"] for _ in range(count)]
+        tokens = [services.queue_join(event_id=event_id).token for _ in range(count)]
         path.write_text("\n".join(tokens) + "\n")
         return tokens
 

@@ -6,7 +6,7 @@ from django.http import HttpRequest
 
 from booking_app import services
 from booking_app.models import Reservation
-from ticketing.errors import ApiError
+from ticketing.errors import DomainError
 
 
 @admin.register(Reservation)
@@ -47,6 +47,6 @@ class ReservationAdmin(admin.ModelAdmin):
             try:
                 services.booking_cancel(reservation_id=reservation.reservation_id)
                 done += 1
-            except ApiError as exc:
+            except DomainError as exc:
                 self.message_user(request, f"{reservation.reservation_id}: {exc.message}", messages.WARNING)
         self.message_user(request, f"Cancelled {done} reservation(s).", messages.SUCCESS)

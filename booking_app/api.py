@@ -1,31 +1,31 @@
-"""Booking endpoints. Booking is hot once people are admitted, so it is served from
-the WSGI environ by ticketing.hotpath; cancellation is rare and uses DRF."""
+"""Booking's JSON endpoints, declared once (see ticketing/api.py). They touch
+Postgres, so they stay on Django's lane."""
 
 import uuid
 
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from booking_app import services
-from queue_app.services import parse_event_id, parse_token
-from ticketing.errors import envelope, validation_error
-from ticketing.hotpath import Environ, Route, json_body
-
-BOOK = "/api/booking"
+from queue_app.api import EventIdField, TokenField
+from ticketing.api import Endpoint, StrictField, responses
+from ticketing.errors import validation_error
 
 
-def _seat_count(value: object) -> int:
-    # bool is an int in Python; `true` is not a seat count.
+def parse_seat_count(value: object) -> int:
+    if value is None:
+        raise validation_error("seatCount is required.")
+    # bool is an int in Python; `true` is not a seat count, nor is "2" or 2.0.
     if not isinstance(value, int) or isinstance(value, bool) or abs(value) > 1_000_000:
         raise validation_error("seatCount must be a whole number.")
-    return value
+    return value  # its range is the event's to say (lua/reserve.lua)
 
 
-def _text(body: dict, name: str, limit: int) -> str:
-    value = body.get(name, "")
+def _text(name: str, limit: int, value: object) -> str:
     if value is None:
         return ""
     if not isinstance(value, str) or len(value) > limit:
@@ -33,46 +33,117 @@ def _text(body: dict, name: str, limit: int) -> str:
     return value.strip()
 
 
-def book(environ: Environ) -> dict:
-    body = json_body(environ)
-    token = parse_token(body.get("token"))
-    if "seatCount" not in body:
-        raise validation_error("seatCount is required.")
-    seat_count = _seat_count(body["seatCount"])
-    event_id = parse_event_id(body.get("eventId"))
-    buyer_name = _text(body, "buyerName", 200)
-    buyer_email = _text(body, "buyerEmail", 254)
-    if buyer_email:
+def parse_buyer_name(value: object) -> str:
+    return _text("buyerName", 200, value)
+
+
+def parse_buyer_email(value: object) -> str:
+    email = _text("buyerEmail", 254, value)
+    if email:
         try:
-            validate_email(buyer_email)
+            validate_email(email)
         except ValidationError:
             raise validation_error("buyerEmail is not an email address.") from None
-    return services.booking_reserve(
-        event_id=event_id,
-        token=token,
-        seat_count=seat_count,
-        buyer_name=buyer_name,
-        buyer_email=buyer_email,
+    return email
+
+
+@extend_schema_field(
+    {"type": "integer", "minimum": 1, "description": "At most the event's seats per booking."}
+)
+class SeatCountField(StrictField):
+    parse = staticmethod(parse_seat_count)
+
+
+@extend_schema_field({"type": "string", "maxLength": 200})
+class BuyerNameField(StrictField):
+    parse = staticmethod(parse_buyer_name)
+
+
+@extend_schema_field({"type": "string", "format": "email", "maxLength": 254})
+class BuyerEmailField(StrictField):
+    parse = staticmethod(parse_buyer_email)
+
+
+class BookingInput(serializers.Serializer):
+    token = TokenField()
+    seatCount = SeatCountField(source="seat_count")  # noqa: N815 (the wire's names are camelCase)
+    eventId = EventIdField()  # noqa: N815
+    buyerName = BuyerNameField(source="buyer_name", required=False)  # noqa: N815
+    buyerEmail = BuyerEmailField(source="buyer_email", required=False)  # noqa: N815
+
+
+class BookedOutput(serializers.Serializer):
+    reservationId = serializers.UUIDField(source="reservation_id")  # noqa: N815
+    seatCount = serializers.IntegerField(source="seat_count")  # noqa: N815
+    remainingSeats = serializers.IntegerField(source="remaining_seats")  # noqa: N815
+    eventId = serializers.CharField(source="event_id")  # noqa: N815
+    status = serializers.ChoiceField(choices=["CONFIRMED"])
+
+
+class CancelledOutput(serializers.Serializer):
+    reservationId = serializers.UUIDField(source="reservation_id")  # noqa: N815
+    status = serializers.ChoiceField(choices=["CANCELLED"])
+    seatCount = serializers.IntegerField(source="seat_count")  # noqa: N815
+
+
+class CancelInput(serializers.Serializer):
+    token = TokenField()
+
+
+class BookingView(Endpoint):
+    """Book seats with a token in its active window."""
+
+    Input, Output = BookingInput, BookedOutput
+
+    @extend_schema(
+        operation_id="booking_create",
+        request=BookingInput,
+        responses=responses(
+            BookedOutput,
+            "VALIDATION_ERROR",
+            "MISSING_TOKEN",
+            "UNSUPPORTED_MEDIA_TYPE",
+            "PAYLOAD_TOO_LARGE",
+            "EVENT_NOT_FOUND",
+            "EVENT_CLOSED",
+            "NOT_ACTIVE",
+            "ALREADY_BOOKED",
+            "SOLD_OUT",
+            "INSUFFICIENT_SEATS",
+            "BOOKING_NOT_SAVED",
+            "BOOKING_PENDING",
+        ),
     )
+    def post(self, request: Request) -> Response:
+        return self.answer(services.booking_reserve(**self.validated(request)))
 
 
-ROUTES: dict[str, Route] = {BOOK: Route("POST", book, database=True)}
+class CancelView(Endpoint):
+    """Cancel a reservation with the token that booked it; its seats go back on sale."""
 
+    Input, Output, source = CancelInput, CancelledOutput, "query"
 
-class CancelView(APIView):
+    @extend_schema(
+        operation_id="booking_cancel",
+        parameters=[
+            CancelInput,
+            OpenApiParameter(
+                "reservation_id", str, OpenApiParameter.PATH, description="a reservation id (UUID)"
+            ),
+        ],
+        responses=responses(
+            CancelledOutput,
+            "VALIDATION_ERROR",
+            "MISSING_TOKEN",
+            "RESERVATION_NOT_FOUND",
+            "ALREADY_CANCELLED",
+            "DATABASE_UNAVAILABLE",
+        ),
+    )
     def delete(self, request: Request, reservation_id: str) -> Response:
         try:
             rid = uuid.UUID(reservation_id)
         except ValueError:
             raise validation_error("reservationId must be a UUID.") from None
-        token = parse_token(request.query_params.get("token"))
-        reservation = services.booking_cancel(reservation_id=rid, token=token.text)
-        return Response(
-            envelope(
-                {
-                    "reservationId": str(reservation.reservation_id),
-                    "status": "CANCELLED",
-                    "seatCount": reservation.seat_count,
-                }
-            )
-        )
+        token = self.validated(request)["token"]
+        return self.answer(services.booking_cancel(reservation_id=rid, token=token.text))

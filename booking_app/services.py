@@ -31,18 +31,18 @@ from booking_app.models import Reservation
 from queue_app.models import Event
 from queue_app.services import Token
 from ticketing import redis as r
-from ticketing.errors import REDIS_ERRORS, ApiError
+from ticketing.errors import REDIS_ERRORS, DomainError
 
 log = logging.getLogger(__name__)
 
 CONFIRMED, ALREADY_BOOKED, NO_ROOM, NOT_SAVED = "CONFIRMED", "ALREADY_BOOKED", "NO_ROOM", "NOT_SAVED"
 
 _REFUSALS = {
-    "EVENT_NOT_FOUND": (404, "No such event."),
-    "EVENT_CLOSED": (403, "Booking for this event is not open."),
-    "NOT_ACTIVE": (403, "This token is not in its booking window (wait in line, or rejoin)."),
-    "SOLD_OUT": (409, "Sold out."),
-    "INSUFFICIENT_SEATS": (409, "Not enough seats left for this booking."),
+    "EVENT_NOT_FOUND": "No such event.",
+    "EVENT_CLOSED": "Booking for this event is not open.",
+    "NOT_ACTIVE": "This token is not in its booking window (wait in line, or rejoin).",
+    "SOLD_OUT": "Sold out.",
+    "INSUFFICIENT_SEATS": "Not enough seats left for this booking.",
 }
 
 
@@ -215,9 +215,18 @@ def outbox_done(k: r.EventKeys, entry_id: bytes | str) -> bool:
     return r.run("outbox_done", [k.outbox, k.recount], [entry_id]) == 1
 
 
+@dataclass(frozen=True, slots=True)
+class Booked:
+    reservation_id: uuid.UUID
+    seat_count: int
+    remaining_seats: int
+    event_id: str
+    status: str = Reservation.Status.CONFIRMED
+
+
 def booking_reserve(
     *, event_id: str, token: Token, seat_count: int, buyer_name: str = "", buyer_email: str = ""
-) -> dict:
+) -> Booked:
     k = r.EventKeys(event_id)
     b = Booking(uuid.uuid4(), event_id, token.text, seat_count, buyer_name, buyer_email)
     reply = r.run(
@@ -229,18 +238,16 @@ def booking_reserve(
     if outcome == "ALREADY_BOOKED":
         raise _already_booked(reply[1].decode())
     if outcome == "VALIDATION_ERROR":
-        raise ApiError(400, "VALIDATION_ERROR", f"seatCount must be between 1 and {reply[1]}.")
+        raise DomainError("VALIDATION_ERROR", f"seatCount must be between 1 and {reply[1]}.")
     if outcome in _REFUSALS:
-        status, message = _REFUSALS[outcome]
         extra = {"remainingSeats": reply[1]} if outcome == "INSUFFICIENT_SEATS" else {}
-        raise ApiError(status, outcome, message, **extra)
+        raise DomainError(outcome, _REFUSALS[outcome], **extra)
     _, seats_left, entry_id, window_end = reply
     b = dataclasses.replace(b, window_end=int(window_end))
 
     decision = booking_decide(b)
     if decision is None:
-        raise ApiError(
-            503,
+        raise DomainError(
             "BOOKING_PENDING",
             "The booking is being confirmed; poll to see it.",
             reservationId=str(b.reservation_id),
@@ -250,13 +257,7 @@ def booking_reserve(
             outbox_done(k, entry_id)
         except REDIS_ERRORS as exc:  # committed: the leftover entry is reconcile's to remove
             log.warning("booking %s confirmed; its outbox entry stays: %s", b.reservation_id, exc)
-        return {
-            "reservationId": str(b.reservation_id),
-            "seatCount": seat_count,
-            "remainingSeats": seats_left,
-            "eventId": event_id,
-            "status": Reservation.Status.CONFIRMED,
-        }
+        return Booked(b.reservation_id, seat_count, seats_left, event_id)
     try:
         release(k, entry_id, b, decision)
     except REDIS_ERRORS as exc:  # the row is VOID: reconcile releases the entry
@@ -265,20 +266,19 @@ def booking_reserve(
         raise _already_booked(str(decision.reservation.reservation_id))
     if decision.outcome == NO_ROOM:
         if decision.seats_free <= 0:
-            raise ApiError(409, "SOLD_OUT", _REFUSALS["SOLD_OUT"][1])
-        raise ApiError(
-            409, "INSUFFICIENT_SEATS", _REFUSALS["INSUFFICIENT_SEATS"][1], remainingSeats=decision.seats_free
+            raise DomainError("SOLD_OUT", _REFUSALS["SOLD_OUT"])
+        raise DomainError(
+            "INSUFFICIENT_SEATS", _REFUSALS["INSUFFICIENT_SEATS"], remainingSeats=decision.seats_free
         )
-    raise ApiError(
-        503,
+    raise DomainError(
         "BOOKING_NOT_SAVED",
         "The booking could not be saved; nothing was booked. Try again.",
         reservationId=str(b.reservation_id),
     )
 
 
-def _already_booked(reservation_id: str) -> ApiError:
-    return ApiError(409, "ALREADY_BOOKED", "This token has already booked.", reservationId=reservation_id)
+def _already_booked(reservation_id: str) -> DomainError:
+    return DomainError("ALREADY_BOOKED", "This token has already booked.", reservationId=reservation_id)
 
 
 # --- Cancellation ----------------------------------------------------------------
@@ -301,13 +301,13 @@ def booking_cancel(*, reservation_id: uuid.UUID, token: str | None = None) -> Re
         rows = rows.filter(token=token)
     reservation = rows.first()
     if reservation is None:
-        raise ApiError(404, "RESERVATION_NOT_FOUND", "No such reservation for this token.")
+        raise DomainError("RESERVATION_NOT_FOUND", "No such reservation for this token.")
     # One UPDATE; the seat ledger's trigger gives the seats back in Postgres with it.
     updated = rows.filter(status=Reservation.Status.CONFIRMED).update(
         status=Reservation.Status.CANCELLED, cancelled_at=timezone.now()
     )
     if not updated:
-        raise ApiError(409, "ALREADY_CANCELLED", "This reservation was already cancelled.")
+        raise DomainError("ALREADY_CANCELLED", "This reservation was already cancelled.")
     reservation.refresh_from_db()
     return_seats(reservation)
     return reservation

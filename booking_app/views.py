@@ -13,7 +13,7 @@ from queue_app import services as queue
 from queue_app.models import Event
 from queue_app.views import token_cookie
 from ticketing import redis as r
-from ticketing.errors import ApiError
+from ticketing.errors import DomainError
 
 MESSAGES = {
     "SOLD_OUT": _("Sorry, the last seats have just been sold."),
@@ -37,7 +37,7 @@ class BookingForm(forms.Form):
 def _token(request: HttpRequest, event_id: str) -> queue.Token | None:
     try:
         return queue.parse_token(request.COOKIES.get(token_cookie(event_id)))
-    except ApiError:
+    except DomainError:
         return None
 
 
@@ -47,11 +47,11 @@ def book(request: HttpRequest, event_id: str) -> HttpResponse:
     if token is None:
         return redirect("waiting-room", event_id)
     state = queue.queue_poll(event_id=event_id, token=token)
-    if state["status"] == "BOOKED":
-        return redirect("confirmation", event_id, state["reservationId"])
-    if state["status"] != "ACTIVE":
+    if state.status == "BOOKED":
+        return redirect("confirmation", event_id, state.reservation_id)
+    if state.status != "ACTIVE":
         return redirect("waiting-room", event_id)  # it shows why: waiting, expired, closed
-    most = max(1, min(event.max_seats_per_booking, state["remainingSeats"]))
+    most = max(1, min(event.max_seats_per_booking, state.remaining_seats))
     form = BookingForm(request.POST or None, most=most)
     error = None
     if request.method == "POST" and form.is_valid():
@@ -63,14 +63,14 @@ def book(request: HttpRequest, event_id: str) -> HttpResponse:
                 buyer_name=form.cleaned_data["buyer_name"],
                 buyer_email=form.cleaned_data["buyer_email"],
             )
-        except ApiError as exc:
+        except DomainError as exc:
             if exc.code in ("ALREADY_BOOKED", "BOOKING_PENDING"):
-                return redirect("confirmation", event_id, exc.extra["reservationId"])
+                return redirect("confirmation", event_id, exc.details["reservationId"])
             if exc.code == "NOT_ACTIVE":
                 return redirect("waiting-room", event_id)
             error = exc.code
         else:
-            return redirect("confirmation", event_id, booked["reservationId"])
+            return redirect("confirmation", event_id, booked.reservation_id)
     return render(
         request,
         "booking_app/book.html",
@@ -80,7 +80,7 @@ def book(request: HttpRequest, event_id: str) -> HttpResponse:
             "state": state,
             "error": error,
             "error_message": MESSAGES.get(error, ""),
-            "sold_out": state["remainingSeats"] <= 0,
+            "sold_out": state.remaining_seats <= 0,
             "now_ms": r.now_ms(),
         },
         status=409 if error in ("SOLD_OUT", "INSUFFICIENT_SEATS") else 200,
@@ -105,7 +105,7 @@ def confirmation(request: HttpRequest, event_id: str, reservation_id: str) -> Ht
         # Seats held in Redis, the row not decided yet (Postgres was away): say so
         # until reconcile has written it.
         state = queue.queue_poll(event_id=event_id, token=token)
-        if state["status"] == "BOOKED" and state["reservationId"] == str(rid):
+        if state.status == "BOOKED" and state.reservation_id == str(rid):
             context = {"pending": True, "reservation_id": rid}
             return render(request, "booking_app/confirmation.html", context, status=202)
         raise Http404

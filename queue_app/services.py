@@ -15,7 +15,7 @@ from django.conf import settings
 
 from queue_app.models import EVENT_ID_PATTERN, Event
 from ticketing import redis as r
-from ticketing.errors import ApiError, validation_error
+from ticketing.errors import DomainError, validation_error
 
 log = logging.getLogger(__name__)
 _EVENT_ID = re.compile(EVENT_ID_PATTERN)
@@ -34,7 +34,7 @@ class Token:
 
 def parse_token(value: object) -> Token:
     if value is None or value == "":
-        raise ApiError(400, "MISSING_TOKEN", "token is required.")
+        raise DomainError("MISSING_TOKEN", "token is required.")
     if not isinstance(value, str) or len(value) > 45:
         raise validation_error("token must be a UUID string.")
     try:
@@ -47,70 +47,101 @@ def parse_token(value: object) -> Token:
 def parse_event_id(value: object) -> str:
     if value is None or value == "":
         return settings.EVENT_ID
-    if not isinstance(value, str) or not _EVENT_ID.match(value):
+    if not isinstance(value, str) or not _EVENT_ID.fullmatch(value):
         raise validation_error("eventId must be 1-64 letters, digits, '.', '_' or '-'.")
     return value
 
 
-def _event_not_found(event_id: str) -> ApiError:
-    return ApiError(404, "EVENT_NOT_FOUND", f"No event {event_id!r}.")
+def _event_not_found(event_id: str) -> DomainError:
+    return DomainError("EVENT_NOT_FOUND", f"No event {event_id!r}.")
 
 
-def _event_closed() -> ApiError:
-    return ApiError(403, "EVENT_CLOSED", "Booking for this event has closed.")
-
-
-def _already_booked(reservation_id: bytes) -> ApiError:
-    return ApiError(
-        409,
-        "ALREADY_BOOKED",
-        "This token has already booked.",
-        reservationId=reservation_id.decode(),
+def _already_booked(reservation_id: bytes) -> DomainError:
+    return DomainError(
+        "ALREADY_BOOKED", "This token has already booked.", reservationId=reservation_id.decode()
     )
 
 
-def _enqueue(event_id: str, token: Token) -> tuple[str, int | None]:
+# Each operation of the crowd is one script call: `_<op>_call` names it, `_<op>`
+# reads its reply. The plain function runs it on the sync client (DRF views, pages,
+# commands); the `a`-prefixed one on the asyncio client (the fast lane).
+Call = tuple[str, list[str], list]
+
+
+@dataclass(frozen=True, slots=True)
+class Joined:
+    token: str
+    event_id: str
+    joined_at: int | None  # ms on Redis' clock; None when the place was kept
+    rejoined: bool = False  # rejoin: the place (or the active window) was kept
+    status: str = "WAITING"  # rejoin: WAITING or ACTIVE
+
+
+def _join_call(event_id: str, token: Token) -> Call:
     k = r.EventKeys(event_id)
-    outcome, *rest = r.run(
-        "join",
-        [k.meta, k.seq, k.line, k.bucket(token.raw), k.active, k.booked(token.text)],
-        [token.raw],
-    )
-    outcome = outcome.decode()
-    if outcome == "EVENT_NOT_FOUND":
+    return "join", [k.meta, k.seq, k.line, k.bucket(token.raw), k.active, k.booked(token.text)], [token.raw]
+
+
+def _joined(event_id: str, token: Token, reply: list) -> Joined:
+    outcome, *rest = reply
+    if outcome == b"EVENT_NOT_FOUND":
         raise _event_not_found(event_id)
-    if outcome == "EVENT_CLOSED":
-        raise _event_closed()
-    if outcome == "ALREADY_BOOKED":
+    if outcome == b"EVENT_CLOSED":
+        raise DomainError("EVENT_CLOSED", "Booking for this event has closed.")
+    if outcome == b"ALREADY_BOOKED":
         raise _already_booked(rest[1])
-    return outcome, (rest[0] if outcome == "JOINED" else None)
+    kept = outcome != b"JOINED"
+    return Joined(
+        token.text,
+        event_id,
+        None if kept else rest[0],
+        rejoined=kept,
+        status="ACTIVE" if outcome == b"ACTIVE" else "WAITING",
+    )
 
 
-def queue_join(*, event_id: str) -> dict:
+def queue_join(*, event_id: str) -> Joined:
     """A new person: a fresh token at the back of the line."""
     token = Token.new()
-    _, joined_at = _enqueue(event_id, token)
-    return {"token": token.text, "eventId": event_id, "joinedAt": joined_at}
+    return _joined(event_id, token, r.run(*_join_call(event_id, token)))
 
 
-def queue_rejoin(*, event_id: str, token: Token) -> dict:
+async def aqueue_join(*, event_id: str) -> Joined:
+    token = Token.new()
+    return _joined(event_id, token, await r.arun(*_join_call(event_id, token)))
+
+
+def queue_rejoin(*, event_id: str, token: Token) -> Joined:
     """A returning person (F5): same place if still waiting or active, else the back."""
-    outcome, joined_at = _enqueue(event_id, token)
-    return {
-        "token": token.text,
-        "eventId": event_id,
-        "joinedAt": joined_at,
-        "rejoined": outcome != "JOINED",
-        "status": "ACTIVE" if outcome == "ACTIVE" else "WAITING",
-    }
+    return _joined(event_id, token, r.run(*_join_call(event_id, token)))
 
 
-def queue_leave(*, event_id: str, token: Token) -> dict:
+async def aqueue_rejoin(*, event_id: str, token: Token) -> Joined:
+    return _joined(event_id, token, await r.arun(*_join_call(event_id, token)))
+
+
+@dataclass(frozen=True, slots=True)
+class Left:
+    removed: bool  # False when the token was not waiting
+
+
+def _leave_call(event_id: str, token: Token) -> Call:
     k = r.EventKeys(event_id)
-    removed = r.run("leave", [k.meta, k.bucket(token.raw), k.left], [token.raw])
+    return "leave", [k.meta, k.bucket(token.raw), k.left], [token.raw]
+
+
+def _left(event_id: str, removed: int) -> Left:
     if removed < 0:
         raise _event_not_found(event_id)
-    return {"removed": removed == 1}
+    return Left(removed == 1)
+
+
+def queue_leave(*, event_id: str, token: Token) -> Left:
+    return _left(event_id, r.run(*_leave_call(event_id, token)))
+
+
+async def aqueue_leave(*, event_id: str, token: Token) -> Left:
+    return _left(event_id, await r.arun(*_leave_call(event_id, token)))
 
 
 # The seed's adaptive polling: the further back, the less often.
@@ -130,38 +161,65 @@ def next_poll_ms(status: str, rank: int | None) -> int:
     return int(base * random.uniform(0.8, 1.2))
 
 
-def queue_poll(*, event_id: str, token: Token) -> dict:
+@dataclass(frozen=True, slots=True)
+class Position:
+    """What a poll shows a person."""
+
+    status: str  # WAITING, ACTIVE, BOOKED, EXPIRED or NOT_FOUND
+    rank: int | None  # 1-based, while WAITING
+    total_waiting: int
+    ahead: int | None
+    behind: int | None
+    remaining_seats: int
+    next_poll_ms: int
+    active_expires_at: int | None  # ms, while ACTIVE
+    reservation_id: str | None  # once BOOKED
+    event_id: str
+    event_status: str
+    sold_out: bool
+    eta_seconds: int | None
+
+
+def _poll_call(event_id: str, token: Token) -> Call:
     k = r.EventKeys(event_id)
-    reply = r.run(
-        "poll",
-        [k.meta, k.seq, k.popped, k.left, k.bucket(token.raw), k.active, k.booked(token.text), k.seats],
-        [token.raw],
-    )
+    keys = [k.meta, k.seq, k.popped, k.left, k.bucket(token.raw), k.active, k.booked(token.text), k.seats]
+    return "poll", keys, [token.raw]
+
+
+def _position(event_id: str, reply: list) -> Position:
     state = reply[0].decode()
     if state == "EVENT_NOT_FOUND":
         raise _event_not_found(event_id)
     _, waiting, seats, event_status, detail, rate = reply
     rank = detail if state == "WAITING" else None
     rate = float(rate)
-    return {
-        "status": state,
-        "rank": rank,
-        "totalWaiting": waiting,
-        "ahead": rank - 1 if rank is not None else None,
-        "behind": waiting - rank if rank is not None else None,
-        "remainingSeats": max(seats, 0),  # a recount may go below 0 until releases land
-        "nextPollMs": next_poll_ms(state, rank),
-        "activeExpiresAt": int(detail) if state == "ACTIVE" else None,
-        "reservationId": detail.decode() if state == "BOOKED" else None,
-        "eventId": event_id,
-        "eventStatus": event_status.decode(),
-        "soldOut": seats <= 0,
-        "etaSeconds": (
+    return Position(
+        status=state,
+        rank=rank,
+        total_waiting=waiting,
+        ahead=rank - 1 if rank is not None else None,
+        behind=waiting - rank if rank is not None else None,
+        remaining_seats=max(seats, 0),  # a recount may go below 0 until releases land
+        next_poll_ms=next_poll_ms(state, rank),
+        active_expires_at=int(detail) if state == "ACTIVE" else None,
+        reservation_id=detail.decode() if state == "BOOKED" else None,
+        event_id=event_id,
+        event_status=event_status.decode(),
+        sold_out=seats <= 0,
+        eta_seconds=(
             round((rank - 1) / rate)
             if rank is not None and rate > 0 and seats > 0 and event_status == b"OPEN"
             else None
         ),
-    }
+    )
+
+
+def queue_poll(*, event_id: str, token: Token) -> Position:
+    return _position(event_id, r.run(*_poll_call(event_id, token)))
+
+
+async def aqueue_poll(*, event_id: str, token: Token) -> Position:
+    return _position(event_id, await r.arun(*_poll_call(event_id, token)))
 
 
 # --- Admission -----------------------------------------------------------------
@@ -217,18 +275,11 @@ def events_admit() -> list[Tick]:
 def queue_join_many(*, event_id: str, count: int, chunk: int = 10_000) -> None:
     """Put `count` fresh tokens in line through the join script, pipelined: the way
     load tests and drills fill a line with millions without HTTP."""
-    k = r.EventKeys(event_id)
     r.load("join")
     while count > 0:
         pipe = r.client().pipeline(transaction=False)
         for _ in range(min(chunk, count)):
-            token = Token.new()
-            r.run(
-                "join",
-                [k.meta, k.seq, k.line, k.bucket(token.raw), k.active, k.booked(token.text)],
-                [token.raw],
-                on=pipe,
-            )
+            r.run(*_join_call(event_id, Token.new()), on=pipe)
         count -= len(pipe.execute())
 
 

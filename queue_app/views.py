@@ -6,7 +6,6 @@ from django.shortcuts import get_object_or_404, render
 from django.urls import reverse
 from django.utils.translation import gettext as _
 
-from queue_app import api
 from queue_app.models import Event
 
 
@@ -26,9 +25,9 @@ def waiting_room(request: HttpRequest, event_id: str) -> HttpResponse:
         "eventId": event.event_id,
         "cookie": token_cookie(event.event_id),
         "api": {
-            "join": api.JOIN,
-            "rejoin": api.REJOIN,
-            "poll": api.POLL,
+            "join": reverse("queue-join"),
+            "rejoin": reverse("queue-rejoin"),
+            "poll": reverse("status-poll"),
         },
         "bookUrl": reverse("book", args=[event.event_id]),
         "confirmationUrl": reverse("confirmation", args=[event.event_id, "RID"]),

@@ -1,10 +1,14 @@
-"""Errors as values with a code, and the one place that renders the JSON envelope.
+"""Errors as values with a code, and the one place that turns them into answers.
 
-Clients and tests branch on `error.code`, never on the message, so every refusal
-has a stable code: `{"success": false, "error": {"code": ..., "message": ...}}`.
+Services raise `DomainError(code, message, **details)` and know nothing of HTTP.
+`STATUS` maps each code to its HTTP status, for every lane: DRF views (through
+`drf_exception_handler`), the ASGI fast lane (`ticketing/fastlane.py`) and the pages.
+Clients and tests branch on `error.code`, never on the message:
+`{"success": false, "error": {"code": ..., "message": ..., **details}}`.
 """
 
 import logging
+import math
 from collections.abc import Callable
 
 import redis
@@ -14,6 +18,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 
 log = logging.getLogger(__name__)
 
@@ -22,70 +27,125 @@ log = logging.getLogger(__name__)
 # client's fault: it gets a 503 and may retry.
 REDIS_ERRORS = (redis.RedisError,)
 
+STATUS: dict[str, int] = {
+    # The client's mistakes: nothing changed, fix the request.
+    "VALIDATION_ERROR": 400,
+    "MISSING_TOKEN": 400,
+    "BAD_REQUEST": 400,
+    "EVENT_CLOSED": 403,
+    "NOT_ACTIVE": 403,
+    "FORBIDDEN": 403,
+    "CSRF_FAILED": 403,
+    "NOT_FOUND": 404,
+    "EVENT_NOT_FOUND": 404,
+    "RESERVATION_NOT_FOUND": 404,
+    "METHOD_NOT_ALLOWED": 405,
+    "NOT_ACCEPTABLE": 406,
+    "ALREADY_BOOKED": 409,
+    "SOLD_OUT": 409,
+    "INSUFFICIENT_SEATS": 409,
+    "ALREADY_CANCELLED": 409,
+    "PAYLOAD_TOO_LARGE": 413,
+    "UNSUPPORTED_MEDIA_TYPE": 415,
+    "RATE_LIMIT": 429,
+    # The service's own trouble: try again.
+    "INTERNAL_ERROR": 500,
+    "REDIS_UNAVAILABLE": 503,
+    "DATABASE_UNAVAILABLE": 503,
+    "BOOKING_NOT_SAVED": 503,
+    "BOOKING_PENDING": 503,
+}
 
-class ApiError(Exception):
-    """A refusal the client should see: HTTP status, stable code, human message."""
 
-    def __init__(
-        self, status: int, code: str, message: str, *, headers: dict | None = None, **extra: object
-    ) -> None:
+class DomainError(Exception):
+    """A refusal the client should see: a stable code, a human message, details."""
+
+    def __init__(self, code: str, message: str, *, retry_after: int | None = None, **details: object) -> None:
         super().__init__(message)
-        self.status = status
+        assert code in STATUS, code
         self.code = code
         self.message = message
-        self.headers = headers  # e.g. Retry-After of RATE_LIMIT
-        self.extra = extra  # e.g. the existing reservationId of ALREADY_BOOKED
+        self.retry_after = retry_after  # seconds, for RATE_LIMIT's Retry-After header
+        self.details = details  # e.g. the existing reservationId of ALREADY_BOOKED
+
+    @property
+    def status(self) -> int:
+        return STATUS[self.code]
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)} if self.retry_after is not None else {}
 
     def body(self) -> dict:
-        return {"success": False, "error": {"code": self.code, "message": self.message, **self.extra}}
+        return {"success": False, "error": {"code": self.code, "message": self.message, **self.details}}
 
 
-def validation_error(message: str) -> ApiError:
-    return ApiError(400, "VALIDATION_ERROR", message)
+def validation_error(message: str) -> DomainError:
+    return DomainError("VALIDATION_ERROR", message)
 
 
 def envelope(data: dict) -> dict:
     return {"success": True, "data": data}
 
 
-def api_error_for(exc: Exception) -> ApiError | None:
+INTERNAL_ERROR = DomainError("INTERNAL_ERROR", "Something went wrong on our side.")
+
+
+def rate_limited(wait: float | None) -> DomainError:
+    """RATE_LIMIT, with Retry-After: the whole seconds until the window ends."""
+    return DomainError(
+        "RATE_LIMIT", "Too many requests; slow down.", retry_after=max(1, math.ceil(wait or 1))
+    )
+
+
+def _first_message(detail: object) -> str:
+    """The first message of a DRF ValidationError's detail, prefixed by its field."""
+    if isinstance(detail, dict):
+        name, inner = next(iter(detail.items()))
+        text = _first_message(inner)
+        return text if name == api_settings.NON_FIELD_ERRORS_KEY else f"{name}: {text}"
+    if isinstance(detail, list) and detail:
+        return _first_message(detail[0])
+    return str(detail)
+
+
+def describe(exc: Exception) -> DomainError | None:
     """The client's view of an exception; None for a bug (a 500)."""
-    if isinstance(exc, ApiError):
+    if isinstance(exc, DomainError):
         return exc
     if isinstance(exc, RequestDataTooBig):
-        return ApiError(413, "PAYLOAD_TOO_LARGE", "The request body is too large.")
+        return DomainError("PAYLOAD_TOO_LARGE", "The request body is too large.")
     if isinstance(exc, drf.ParseError):
         return validation_error(f"The body is not valid JSON: {exc.detail}")
     if isinstance(exc, drf.UnsupportedMediaType):
-        return ApiError(415, "UNSUPPORTED_MEDIA_TYPE", "Send the body as application/json.")
+        return DomainError("UNSUPPORTED_MEDIA_TYPE", "Send the body as application/json.")
     if isinstance(exc, drf.MethodNotAllowed):
-        return ApiError(405, "METHOD_NOT_ALLOWED", str(exc.detail))
+        return DomainError("METHOD_NOT_ALLOWED", str(exc.detail))
     if isinstance(exc, drf.NotAcceptable):
-        return ApiError(406, "NOT_ACCEPTABLE", "This endpoint answers application/json.")
+        return DomainError("NOT_ACCEPTABLE", "This endpoint answers application/json.")
     if isinstance(exc, drf.NotFound):
-        return ApiError(404, "NOT_FOUND", "No such resource.")
+        return DomainError("NOT_FOUND", "No such resource.")
     if isinstance(exc, drf.ValidationError):
-        return validation_error(str(exc.detail))
+        return validation_error(_first_message(exc.detail))
     if isinstance(exc, drf.Throttled):
-        return ApiError(429, "RATE_LIMIT", "Too many requests.")
-    if isinstance(exc, drf.APIException):
-        return ApiError(exc.status_code, exc.default_code.upper(), str(exc.detail))
+        return rate_limited(exc.wait)
     if isinstance(exc, SuspiciousOperation):
-        return ApiError(400, "BAD_REQUEST", "The request was refused.")
+        return DomainError("BAD_REQUEST", "The request was refused.")
     if isinstance(exc, REDIS_ERRORS):
-        # Not the client's fault: say "try again" rather than 500.
         log.error("Redis error: %r", exc)
-        return ApiError(503, "REDIS_UNAVAILABLE", "The waiting room is briefly unavailable; try again.")
+        return DomainError("REDIS_UNAVAILABLE", "The waiting room is briefly unavailable; try again.")
     if isinstance(exc, DatabaseError):
         log.error("database error: %r", exc)
-        return ApiError(503, "DATABASE_UNAVAILABLE", "The service is briefly unavailable; try again.")
+        return DomainError("DATABASE_UNAVAILABLE", "The service is briefly unavailable; try again.")
     return None
 
 
-def drf_exception_handler(exc: Exception, context: dict) -> Response | None:
-    err = api_error_for(exc)
+def drf_exception_handler(exc: Exception, context: dict) -> Response:
+    err = describe(exc)
     if err is None:
-        return None  # a bug: Django's handler500 renders it
+        request = context.get("request")
+        log.exception("%s %s failed", request.method if request else "", request.path if request else "")
+        err = INTERNAL_ERROR
     return Response(err.body(), status=err.status, headers=err.headers)
 
 
@@ -96,36 +156,40 @@ def _wants_html(request: HttpRequest) -> bool:
     return "text/html" in request.headers.get("Accept", "")
 
 
-def _page(request: HttpRequest, status: int, code: str, message: str) -> HttpResponse:
+def _page(request: HttpRequest, err: DomainError) -> HttpResponse:
     if _wants_html(request):
         try:
-            return render(request, f"{status}.html", {"message": message}, status=status)
+            return render(request, f"{err.status}.html", {"message": err.message}, status=err.status)
         except Exception:  # a broken page template must not hide the original error
-            log.exception("error page %s failed", status)
-            return HttpResponse(message, status=status, content_type="text/plain")
-    return JsonResponse(ApiError(status, code, message).body(), status=status)
+            log.exception("error page %s failed", err.status)
+            return HttpResponse(err.message, status=err.status, content_type="text/plain")
+    return JsonResponse(err.body(), status=err.status)
 
 
 def handler400(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-    err = (api_error_for(exception) if exception else None) or ApiError(400, "BAD_REQUEST", "Bad request.")
-    return _page(request, err.status, err.code, err.message)
+    err = (describe(exception) if exception else None) or DomainError("BAD_REQUEST", "Bad request.")
+    return _page(request, err)
 
 
 def handler403(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-    return _page(request, 403, "FORBIDDEN", "Forbidden.")
+    return _page(request, DomainError("FORBIDDEN", "Forbidden."))
 
 
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
-    return _page(request, 403, "CSRF_FAILED", "The form expired; reload the page and try again.")
+    return _page(request, DomainError("CSRF_FAILED", "The form expired; reload the page and try again."))
 
 
 def handler404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-    return _page(request, 404, "NOT_FOUND", f"No such page: {request.path}")
+    return _page(request, DomainError("NOT_FOUND", f"No such page: {request.path}"))
+
+
+def handler500(request: HttpRequest) -> HttpResponse:
+    return _page(request, INTERNAL_ERROR)
 
 
 class ServiceTroubleMiddleware:
-    """Redis or the database in trouble while a page or a DRF view is served: a 503
-    with a code (a page for a browser, else the envelope), never a bare 500."""
+    """Redis or the database in trouble while a page is served: a 503 with a code
+    (a page for a browser, else the envelope), never a bare 500."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -136,9 +200,4 @@ class ServiceTroubleMiddleware:
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if not isinstance(exception, (*REDIS_ERRORS, DatabaseError)):
             return None
-        err = api_error_for(exception)
-        return _page(request, err.status, err.code, err.message)
-
-
-def handler500(request: HttpRequest) -> HttpResponse:
-    return _page(request, 500, "INTERNAL_ERROR", "Something went wrong on our side.")
+        return _page(request, describe(exception))

@@ -1,17 +1,25 @@
-"""gunicorn settings, from the environment (PORT, HOST, WEB_CONCURRENCY, WEB_THREADS,
-WEB_WORKER_CLASS).
+"""gunicorn settings, from the environment (PORT, HOST, WEB_CONCURRENCY).
 
-gthread by measurement (docs/benchmarks.md): on the hot paths sync, gthread and
-gevent workers served the same within noise, and gthread keeps connections alive
-(pollers reconnect every second otherwise) and copes with slow clients without
-another dependency.
+gunicorn runs the ASGI application (ticketing/asgi.py) in uvicorn workers (the
+uvicorn-worker package): uvloop and httptools. Each worker is one event loop, so a
+slow client holds a coroutine, not a thread, and the crowd's endpoints answer from
+the fast lane without Django's request cycle (docs/benchmarks.md).
 """
 
 import os
 
 bind = f"{os.environ.get('HOST', '127.0.0.1')}:{os.environ.get('PORT', '8000')}"
 workers = int(os.environ.get("WEB_CONCURRENCY", os.cpu_count() or 2))
-worker_class = os.environ.get("WEB_WORKER_CLASS", "gthread")
-threads = int(os.environ.get("WEB_THREADS", "4"))
+worker_class = "ticketing.gunicorn_conf.Worker"
 keepalive = 5
 accesslog = os.environ.get("ACCESS_LOG") or None
+
+
+from uvicorn_worker import UvicornWorker  # noqa: E402
+
+
+class Worker(UvicornWorker):
+    """uvicorn with uvloop and httptools, no access log (gunicorn's `accesslog`
+    turns one on), and the ASGI lifespan the fast lane answers."""
+
+    CONFIG_KWARGS = {"loop": "uvloop", "http": "httptools", "lifespan": "on", "access_log": False}

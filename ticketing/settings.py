@@ -160,14 +160,21 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     VAR_DIR.mkdir(exist_ok=True)
     DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
 else:
-    DATABASES["default"]["CONN_MAX_AGE"] = _int("DB_CONN_MAX_AGE", 60)
-    # No SELECT 1 before each request's first query: a connection that died shows as
-    # a failed query (a booking asks again on a fresh connection) and is replaced.
-    DATABASES["default"]["CONN_HEALTH_CHECKS"] = False
-    # A booking waits for Postgres at most this long (twice: it asks again on a
-    # fresh connection) before it answers BOOKING_PENDING and leaves it to reconcile.
     DATABASES["default"].setdefault("OPTIONS", {}).update(
-        {"connect_timeout": 5, "options": "-c statement_timeout=10000"}
+        {
+            # A booking waits for Postgres at most this long (twice: it asks again on
+            # a fresh connection) before it answers BOOKING_PENDING for reconcile.
+            "connect_timeout": 5,
+            "options": "-c statement_timeout=10000",
+            # Under ASGI each request's sync code runs in a thread of its own: a pool
+            # (psycopg's) hands connections from request to request instead of one
+            # new connection per request. A connection that died is replaced.
+            "pool": {
+                "min_size": _int("DB_POOL_MIN", 2),
+                "max_size": _int("DB_POOL_MAX", 20, minimum=1),
+                "timeout": 10,
+            },
+        }
     )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -180,13 +187,13 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",  # the docs page's assets, served from here (no CDN)
     "queue_app",
     "booking_app",
 ]
 
 MIDDLEWARE = [
-    # The hot endpoints (join, rejoin, leave, poll, book) answer here, before the rest.
-    "ticketing.hotpath.HotPathMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -201,6 +208,7 @@ MIDDLEWARE = [
 
 ROOT_URLCONF = "ticketing.urls"
 WSGI_APPLICATION = "ticketing.wsgi.application"
+ASGI_APPLICATION = "ticketing.asgi.application"
 
 TEMPLATES = [
     {
@@ -252,6 +260,22 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
     "UNAUTHENTICATED_USER": None,
     "EXCEPTION_HANDLER": "ticketing.errors.drf_exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Waiting room and first-come-first-served booking",
+    "DESCRIPTION": (
+        'Every answer is `{"success": true, "data": ...}` or `{"success": false, "error": '
+        '{"code", "message"}}`. Clients branch on `error.code`. `eventId` defaults to the '
+        "configured event everywhere."
+    ),
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
 }
 
 LOGGING = {

@@ -1,12 +1,12 @@
+"""The project's routes. Each app declares its own (API and pages) in its urls.py;
+the project package includes them by name and imports no app."""
+
 import time
 
 from django.contrib import admin
 from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
-
-from booking_app import api as booking_api
-from booking_app import views as booking_views
-from queue_app import views as queue_views
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 
 def health(request: HttpRequest) -> JsonResponse:
@@ -21,18 +21,12 @@ def health(request: HttpRequest) -> JsonResponse:
 
 urlpatterns = [
     path("health", health),
-    # POST /api/booking, /api/queue/* and /api/status/poll: ticketing.hotpath, ahead of this.
-    path("api/booking/<str:reservation_id>", booking_api.CancelView.as_view()),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("admin/", admin.site.urls),
     path("i18n/", include("django.conf.urls.i18n")),
-    path("", queue_views.event_list, name="event-list"),
-    path("events/<str:event_id>/", queue_views.waiting_room, name="waiting-room"),
-    path("events/<str:event_id>/book/", booking_views.book, name="book"),
-    path(
-        "events/<str:event_id>/reservations/<str:reservation_id>/",
-        booking_views.confirmation,
-        name="confirmation",
-    ),
+    path("", include("queue_app.urls")),
+    path("", include("booking_app.urls")),
 ]
 
 handler400 = "ticketing.errors.handler400"

@@ -275,7 +275,7 @@ class Run:
                 max_seats_per_booking=3,
             )
             queue.event_publish(event)
-            tokens = [queue.queue_join(event_id=self.event_id)["token"] for _ in range(self.buyers)]
+            tokens = [queue.queue_join(event_id=self.event_id).token for _ in range(self.buyers)]
             tick = queue.event_admit(self.event_id)
             assert tick.admitted == self.buyers, tick
             self.base, self.app = start_gunicorn(self._env(), workers=2)

@@ -38,7 +38,7 @@ def active_tokens():
             event.admit_per_second = n
             event.save()
             queue.event_publish(event)
-        tokens = [queue.queue_join(event_id=event.event_id)["token"] for _ in range(n)]
+        tokens = [queue.queue_join(event_id=event.event_id).token for _ in range(n)]
         admit_all(event.event_id)
         return tokens
 

@@ -53,14 +53,14 @@ def test_an_unknown_page_is_an_html_404_for_browsers_and_json_for_clients(client
 def test_the_booking_page_sends_people_who_are_not_active_back(client, make_event):
     event = make_event()
     assert client.get(f"/events/{event.event_id}/book/").url == f"/events/{event.event_id}/"
-    token = services.queue_join(event_id=event.event_id)["token"]
+    token = services.queue_join(event_id=event.event_id).token
     client.cookies[token_cookie(event.event_id)] = token
     assert client.get(f"/events/{event.event_id}/book/").url == f"/events/{event.event_id}/"
 
 
 def test_the_booking_form_is_csrf_protected(make_event):
     event = make_event()
-    token = services.queue_join(event_id=event.event_id)["token"]
+    token = services.queue_join(event_id=event.event_id).token
     admit_all(event.event_id)
     browser = Client(enforce_csrf_checks=True)
     browser.cookies[token_cookie(event.event_id)] = token
@@ -76,7 +76,7 @@ def test_the_booking_form_is_csrf_protected(make_event):
 
 def test_the_booking_form_books_and_validates(client, make_event):
     event = make_event(total_seats=3, max_seats_per_booking=4)
-    token = services.queue_join(event_id=event.event_id)["token"]
+    token = services.queue_join(event_id=event.event_id).token
     admit_all(event.event_id)
     client.cookies[token_cookie(event.event_id)] = token
     page = client.get(f"/events/{event.event_id}/book/").content.decode()
@@ -169,7 +169,7 @@ def test_admin_refuses_fewer_seats_than_sold(operator, make_event, api):
 
 def test_a_page_is_a_503_while_redis_is_away(client, make_event):
     event = make_event()
-    client.cookies[token_cookie(event.event_id)] = services.queue_join(event_id=event.event_id)["token"]
+    client.cookies[token_cookie(event.event_id)] = services.queue_join(event_id=event.event_id).token
     nowhere = {"default": {**settings.CACHES["default"], "LOCATION": "redis://127.0.0.1:1/0"}}
     with override_settings(CACHES=nowhere):
         resp = client.get(f"/events/{event.event_id}/book/", **HTML)
@@ -181,7 +181,7 @@ def test_a_page_is_a_503_while_redis_is_away(client, make_event):
 
 def test_a_booking_still_being_decided_has_a_page_that_says_so(client, make_event):
     event = make_event()
-    token = services.queue_join(event_id=event.event_id)["token"]
+    token = services.queue_join(event_id=event.event_id).token
     client.cookies[token_cookie(event.event_id)] = token
     rid = str(uuid.uuid4())
     # What BOOKING_PENDING leaves: seats held and the mark set in Redis, no row yet.

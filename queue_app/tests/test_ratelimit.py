@@ -61,7 +61,7 @@ def test_forwarded_for_is_ignored_from_an_untrusted_peer(api, event, limits):
 def test_forwarded_for_is_believed_from_a_trusted_proxy(api, event, limits):
     limits.TRUSTED_PROXIES = (ipaddress.ip_network("10.0.0.0/8"),)
     proxy = "10.9.9.9"
-    client_a, client_b = "198.51.100.1", "198.51.100.2"
+    client_a, client_b = (f"198.51.{uuid.uuid4().int % 250}.{uuid.uuid4().int % 250}" for _ in range(2))
     for _ in range(10):
         assert api.join(event.event_id, REMOTE_ADDR=proxy, HTTP_X_FORWARDED_FOR=client_a)[0] == 200
     assert api.join(event.event_id, REMOTE_ADDR=proxy, HTTP_X_FORWARDED_FOR=client_a)[0] == 429

@@ -141,8 +141,9 @@ def test_django_commit_is_a_simple_query_and_a_cut_after_it_loses_the_acknowledg
     assert out.stdout.strip().splitlines()[-1:] == ["django.db.utils.OperationalError"], out.stderr
     assert len(commits) == 1
     assert pg.rows() == [3]
-    # Django reconnects right away (atomic()'s exit restores autocommit): two startups.
-    assert pg.proxy.seen[("postgres", "startup")] == 2
+    # The broken connection is replaced at once: a second startup at least (the pool
+    # may open more).
+    assert pg.proxy.seen[("postgres", "startup")] >= 2
     assert pg.proxy.seen[("postgres", "P")] == 0  # no extended protocol at all
 
 

@@ -19,12 +19,14 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 from unittest import mock
 
 import pytest
 import redis as redis_lib
 from django.conf import settings
+from django.test import override_settings
 
 from booking_app import reconcile
 from booking_app import services as booking
@@ -59,10 +61,10 @@ def crowd(make_event: Callable[..., Event]) -> World:
     Line after setup: [t2, t3 (left), t4, t5, t6, t7]; the next tick admits t2, t4.
     """
     event = make_event(admit_per_second=ADMIT_PER_SECOND, total_seats=100)
-    tokens = [services.parse_token(services.queue_join(event_id=event.event_id)["token"]) for _ in range(8)]
+    tokens = [services.parse_token(services.queue_join(event_id=event.event_id).token) for _ in range(8)]
     tick = services.event_admit(event.event_id)  # a fresh event's first tick always runs
     assert (tick.outcome, tick.admitted) == ("ADMITTED", ADMIT_PER_SECOND)
-    assert services.queue_leave(event_id=event.event_id, token=tokens[3])["removed"]
+    assert services.queue_leave(event_id=event.event_id, token=tokens[3]).removed
     # The last tick was a second ago, so the next one is due now (no sleeping).
     k = r.EventKeys(event.event_id)
     r.client().set(k.tick, int(r.client().time()[0]) - 1)
@@ -91,7 +93,7 @@ def crowd_rate_limited(make_event: Callable[..., Event]) -> World:
     world = crowd(make_event)
     world.extra["meta"] = {"REMOTE_ADDR": f"10.{uuid.uuid4().int % 250}.0.{uuid.uuid4().int % 250}"}
     for _ in range(3):
-        ratelimit.rate_limit(world.extra["meta"], "join", 10)
+        limit(world)
     return world
 
 
@@ -123,7 +125,9 @@ def publish(world: World) -> Any:
 
 
 def limit(world: World) -> Any:
-    return ratelimit.rate_limit(world.extra["meta"], "join", 10)
+    """The join throttle, at 10 a second, for the world's client address."""
+    with override_settings(RATE_LIMIT_JOIN=10):
+        return ratelimit.JoinThrottle().allow_request(SimpleNamespace(META=world.extra["meta"]), None)
 
 
 def booking_stranded(make_event: Callable[..., Event]) -> World:

@@ -1,0 +1,14 @@
+from django.urls import path
+
+from booking_app import api, views
+
+urlpatterns = [
+    path("api/booking", api.BookingView.as_view(), name="booking-create"),
+    path("api/booking/<str:reservation_id>", api.CancelView.as_view(), name="booking-cancel"),
+    path("events/<str:event_id>/book/", views.book, name="book"),
+    path(
+        "events/<str:event_id>/reservations/<str:reservation_id>/",
+        views.confirmation,
+        name="confirmation",
+    ),
+]

@@ -1,0 +1,122 @@
+"""The JSON API's declarations, shared by every endpoint and by both lanes.
+
+An endpoint is an `Endpoint`, a DRF view: its `Input` serializer validates (the
+fields raise `DomainError`, so a refusal reads the same everywhere), its `Output`
+serializer shapes the answer, its throttle classes limit it, and `extend_schema`
+describes it, errors included. A view that also names an async service in
+`fast_service` is served by the ASGI fast lane (`ticketing/fastlane.py`) from
+these same declarations: the same route, the same fields, the same throttles,
+the same output, without Django's request cycle.
+"""
+
+from collections.abc import Awaitable, Callable
+from functools import cache
+from typing import Any, ClassVar
+
+from drf_spectacular.utils import OpenApiResponse, inline_serializer
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from ticketing.errors import STATUS, envelope
+
+
+class Endpoint(APIView):
+    Input: ClassVar[type[serializers.Serializer] | None] = None
+    Output: ClassVar[type[serializers.Serializer]]
+    # Where Input reads: the JSON body, or the query string.
+    source: ClassVar[str] = "body"
+    # The async twin of the view's service, for the fast lane; None keeps the view
+    # on Django's lane only.
+    fast_service: ClassVar[Callable[..., Awaitable[Any]] | None] = None
+
+    def validated(self, request: Request) -> dict:
+        """Input's validated data, keyed by the services' argument names."""
+        if self.Input is None:
+            return {}
+        data = request.query_params if self.source == "query" else request.data
+        serializer = self.Input(data=data)
+        serializer.is_valid(raise_exception=True)
+        return dict(serializer.validated_data)
+
+    def answer(self, result: object) -> Response:
+        return Response(envelope(self.Output(result).data))
+
+
+@cache
+def enveloped(output: type[serializers.Serializer]) -> serializers.Serializer:
+    """`{"success": true, "data": <output>}`, for the schema."""
+    return inline_serializer(
+        name=f"{output.__name__}Envelope",
+        fields={"success": serializers.BooleanField(default=True), "data": output()},
+    )
+
+
+class ErrorSerializer(serializers.Serializer):
+    code = serializers.ChoiceField(choices=sorted(STATUS))
+    message = serializers.CharField()
+    reservationId = serializers.UUIDField(  # noqa: N815 (a wire name)
+        required=False, help_text="ALREADY_BOOKED: the token's reservation; BOOKING_*: this booking's."
+    )
+    remainingSeats = serializers.IntegerField(  # noqa: N815 (a wire name)
+        required=False, help_text="INSUFFICIENT_SEATS: the seats left."
+    )
+
+
+ErrorEnvelope = inline_serializer(
+    name="ErrorEnvelope",
+    fields={"success": serializers.BooleanField(default=False), "error": ErrorSerializer()},
+)
+
+# What each code means to a client, for the schema's error responses.
+_MEANING = {
+    "VALIDATION_ERROR": "a field is missing, of the wrong type, or out of range",
+    "MISSING_TOKEN": "no token was sent",
+    "EVENT_CLOSED": "the event does not accept this now",
+    "NOT_ACTIVE": "the token is not in its booking window",
+    "EVENT_NOT_FOUND": "no such event",
+    "RESERVATION_NOT_FOUND": "no such reservation for this token",
+    "METHOD_NOT_ALLOWED": "another HTTP method is expected",
+    "ALREADY_BOOKED": "the token has booked (reservationId names the booking)",
+    "SOLD_OUT": "no seats left",
+    "INSUFFICIENT_SEATS": "fewer seats left than asked for (remainingSeats says how many)",
+    "ALREADY_CANCELLED": "the reservation was cancelled before",
+    "PAYLOAD_TOO_LARGE": "the body is over 10 KB",
+    "UNSUPPORTED_MEDIA_TYPE": "the body is not application/json",
+    "RATE_LIMIT": "too many requests from this client; wait Retry-After seconds",
+    "INTERNAL_ERROR": "a fault of the service; it is logged",
+    "REDIS_UNAVAILABLE": "the waiting room's store is briefly unavailable; try again",
+    "DATABASE_UNAVAILABLE": "the database is briefly unavailable; try again",
+    "BOOKING_NOT_SAVED": "nothing was booked; try again",
+    "BOOKING_PENDING": "the seats are held and the booking is being saved; poll to see it",
+}
+# Every endpoint may answer these.
+COMMON = ("METHOD_NOT_ALLOWED", "INTERNAL_ERROR", "REDIS_UNAVAILABLE")
+
+
+def responses(output: type[serializers.Serializer], *codes: str) -> dict[int, object]:
+    """The schema's responses: the enveloped output, and each error status with the
+    codes that produce it."""
+    by_status: dict[int, list[str]] = {}
+    for code in (*codes, *COMMON):
+        by_status.setdefault(STATUS[code], []).append(code)
+    described: dict[int, object] = {200: enveloped(output)}
+    for status, found in sorted(by_status.items()):
+        text = "; ".join(f"`{code}`: {_MEANING[code]}" for code in found)
+        described[status] = OpenApiResponse(ErrorEnvelope, description=text)
+    return described
+
+
+class StrictField(serializers.Field):
+    """A field that reads its value with one plain function (which raises
+    `DomainError`), so both lanes refuse the same input the same way; and that
+    reads JSON types as they are, never "2" as 2 or 42 as "42"."""
+
+    parse: ClassVar[Callable[..., Any]]
+
+    def run_validation(self, data: object = serializers.empty) -> Any:
+        return type(self).parse(None if data is serializers.empty else data)
+
+    def to_representation(self, value: object) -> object:
+        return value

@@ -1,0 +1,210 @@
+"""The crowd's endpoints on ASGI, served from their DRF declarations.
+
+Join, rejoin, leave and poll arrive by the hundred thousand a second during a sale.
+Django's request cycle costs more than their own work (one Redis round trip), so for
+every view in the URL conf that names a `fast_service` (ticketing/api.py), this lane
+answers that view's method at that view's path itself:
+
+- the view's `Input` fields read the query string or the JSON body,
+- its throttle classes count (`acheck`, the same Redis limiter),
+- its async service runs (one EVALSHA on redis.asyncio),
+- its `Output` fields shape the answer, which orjson writes.
+
+Everything else goes to Django's ASGI application: other paths and methods, and any
+request the lane would refuse for its form (a body that is not a JSON object, a bad
+or missing field), with its body replayed. So every refusal of form is DRF's own
+answer, and the lane needs no rules of its own. Refusals of substance (an unknown
+event, a closed one, RATE_LIMIT) are `DomainError`s, rendered as DRF renders them.
+"""
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import parse_qsl
+
+import orjson
+from django.conf import settings
+from django.urls import URLPattern, URLResolver, get_resolver
+from rest_framework.fields import empty
+
+from ticketing import redis as r
+from ticketing.errors import INTERNAL_ERROR, STATUS, DomainError, describe
+
+log = logging.getLogger(__name__)
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict]]
+Send = Callable[[dict], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_JSON = [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")]
+
+
+class FastRoute:
+    """One view's declarations, read once: what a request costs is a few calls."""
+
+    __slots__ = ("path", "method", "source", "fields", "throttles", "service", "output")
+
+    def __init__(self, path: str, view: type) -> None:
+        methods = [m for m in ("get", "post", "delete") if hasattr(view, m)]
+        if len(methods) != 1:
+            raise ValueError(f"{view.__name__}: a fast view serves exactly one method, not {methods}")
+        self.path = path
+        self.method = methods[0].upper()
+        self.source = view.source
+        inputs = view.Input().fields.items() if view.Input else ()
+        self.fields = [(name, field.source, field.run_validation) for name, field in inputs]
+        self.throttles = [throttle() for throttle in view.throttle_classes]
+        self.service = view.fast_service
+        self.output = [
+            (name, field.source, field.to_representation) for name, field in view.Output().fields.items()
+        ]
+
+
+def find_routes(patterns: list | None = None, prefix: str = "/") -> dict[str, FastRoute]:
+    """Path -> FastRoute, for every view of the URL conf that names a fast service."""
+    found: dict[str, FastRoute] = {}
+    for pattern in get_resolver().url_patterns if patterns is None else patterns:
+        if isinstance(pattern, URLResolver):
+            found |= find_routes(pattern.url_patterns, prefix + str(pattern.pattern))
+        elif isinstance(pattern, URLPattern):
+            view = getattr(pattern.callback, "cls", None)
+            if getattr(view, "fast_service", None) is not None and not pattern.pattern.converters:
+                path = prefix + str(pattern.pattern)
+                found[path] = FastRoute(path, view)
+    return found
+
+
+class _Refused(Exception):
+    """The request's form is not one the lane serves: Django's lane answers it."""
+
+
+class _Body:
+    """What the lane read of a request's body, to hand Django the same stream."""
+
+    __slots__ = ("data", "more")
+
+    def __init__(self) -> None:
+        self.data = b""
+        self.more = True  # the client has more to send than was read
+
+    def replay(self, receive: Receive) -> Receive:
+        """`receive` for Django: what was read, then the rest from the client."""
+        sent = False
+
+        async def replayed() -> dict:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": self.data, "more_body": self.more}
+            return await receive()
+
+        return replayed
+
+
+class FastLane:
+    """ASGI: the fast routes, then Django's ASGI application for everything else."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self._routes: dict[str, FastRoute] | None = None
+
+    @property
+    def routes(self) -> dict[str, FastRoute]:
+        if self._routes is None:
+            self._routes = find_routes()
+        return self._routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            route = self.routes.get(scope["path"])
+            if route is not None and scope["method"] == route.method:
+                return await self.serve(route, scope, receive, send)
+        elif scope["type"] == "lifespan":
+            return await self._lifespan(receive, send)
+        await self.app(scope, receive, send)
+
+    async def serve(self, route: FastRoute, scope: Scope, receive: Receive, send: Send) -> None:
+        body = None if route.source == "query" else _Body()
+        try:
+            data = await self._read(route, scope, receive, body)
+            kwargs = {source: parse(data.get(name, empty)) for name, source, parse in route.fields}
+        except (_Refused, DomainError):
+            return await self.app(scope, receive if body is None else body.replay(receive), send)
+        try:
+            if route.throttles:
+                meta = _meta(scope)
+                for throttle in route.throttles:
+                    await throttle.acheck(meta)
+            result = await route.service(**kwargs)
+            data = {}
+            for name, source, shape in route.output:
+                value = getattr(result, source)
+                data[name] = None if value is None else shape(value)
+            status, headers, payload = 200, _JSON, orjson.dumps({"success": True, "data": data})
+        except Exception as exc:  # every answer is in the envelope, a bug's too
+            err = describe(exc)
+            if err is None:
+                log.exception("%s %s failed", scope["method"], scope["path"])
+                err = INTERNAL_ERROR
+            status, payload = STATUS[err.code], orjson.dumps(err.body())
+            headers = _JSON + [(k.lower().encode(), v.encode()) for k, v in err.headers.items()]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": payload})
+
+    async def _read(self, route: FastRoute, scope: Scope, receive: Receive, body: _Body | None) -> dict:
+        """The request's input as the view's Input reads it, or _Refused."""
+        if body is None:
+            try:
+                query = scope["query_string"].decode("ascii")
+            except UnicodeDecodeError:
+                raise _Refused from None
+            return dict(parse_qsl(query, keep_blank_values=True))
+        content_type = length = None
+        for name, value in scope["headers"]:
+            if name == b"content-type":
+                content_type = value
+            elif name == b"content-length":
+                length = value
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            raise _Refused
+        while body.more:
+            message = await receive()
+            if message["type"] != "http.request":
+                raise _Refused  # the client went away: Django hears it too
+            body.data += message.get("body", b"")
+            body.more = message.get("more_body", False)
+            if len(body.data) > limit:
+                raise _Refused  # too big: Django reads the rest and says so
+        if not body.data:
+            return {}  # `curl -X POST`: no body is {}
+        if content_type is None or content_type.split(b";")[0].strip() != b"application/json":
+            raise _Refused  # DRF decides what else it accepts, and says so
+        try:
+            data = orjson.loads(body.data)
+        except orjson.JSONDecodeError:
+            raise _Refused from None
+        if not isinstance(data, dict):
+            raise _Refused
+        return data
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                self.routes  # noqa: B018 (read the declarations once, before the first request)
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await r.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+def _meta(scope: Scope) -> dict[str, str]:
+    """The parts of a WSGI environ the throttles read: the peer and X-Forwarded-For."""
+    meta = {"REMOTE_ADDR": scope["client"][0] if scope.get("client") else ""}
+    hops = [value.decode("latin-1") for name, value in scope["headers"] if name == b"x-forwarded-for"]
+    if hops:
+        meta["HTTP_X_FORWARDED_FOR"] = ",".join(hops)  # as Django joins repeated headers
+    return meta
