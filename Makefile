@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test lint bench chaos clean
+.PHONY: run test lint schema bench chaos clean
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	@$(PYTHON) -c 'import sys; sys.exit("Python 3.11+ is needed, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -21,6 +21,13 @@ test: lint
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .
 	$(BIN)/python manage.py makemigrations --check --dry-run
+	@# docs/openapi.yaml is the schema the DRF declarations generate: they may not drift apart.
+	$(BIN)/python manage.py spectacular --validate --fail-on-warn --file var/openapi.yaml
+	diff -u docs/openapi.yaml var/openapi.yaml || (echo "docs/openapi.yaml is stale: make schema" && exit 1)
+
+# Write the OpenAPI schema of the DRF declarations to docs/openapi.yaml.
+schema: $(BIN)/.installed
+	$(BIN)/python manage.py spectacular --validate --fail-on-warn --file docs/openapi.yaml
 
 # Measures the service as production runs it against a baseline (docs/benchmarks.md).
 # BENCH_ARGS=--quick for a fast check.

@@ -78,7 +78,7 @@ class Joined:
 
 
 def _join_call(event_id: str, token: Token) -> Call:
-    k = r.EventKeys(event_id)
+    k = r.event_keys(event_id)
     return "join", [k.meta, k.seq, k.line, k.bucket(token.raw), k.active, k.booked(token.text)], [token.raw]
 
 
@@ -126,7 +126,7 @@ class Left:
 
 
 def _leave_call(event_id: str, token: Token) -> Call:
-    k = r.EventKeys(event_id)
+    k = r.event_keys(event_id)
     return "leave", [k.meta, k.bucket(token.raw), k.left], [token.raw]
 
 
@@ -181,7 +181,7 @@ class Position:
 
 
 def _poll_call(event_id: str, token: Token) -> Call:
-    k = r.EventKeys(event_id)
+    k = r.event_keys(event_id)
     keys = [k.meta, k.seq, k.popped, k.left, k.bucket(token.raw), k.active, k.booked(token.text), k.seats]
     return "poll", keys, [token.raw]
 

@@ -49,7 +49,7 @@ def enveloped(output: type[serializers.Serializer]) -> serializers.Serializer:
     """`{"success": true, "data": <output>}`, for the schema."""
     return inline_serializer(
         name=f"{output.__name__}Envelope",
-        fields={"success": serializers.BooleanField(default=True), "data": output()},
+        fields={"success": serializers.BooleanField(help_text="always true here"), "data": output()},
     )
 
 
@@ -66,7 +66,7 @@ class ErrorSerializer(serializers.Serializer):
 
 ErrorEnvelope = inline_serializer(
     name="ErrorEnvelope",
-    fields={"success": serializers.BooleanField(default=False), "error": ErrorSerializer()},
+    fields={"success": serializers.BooleanField(help_text="always false here"), "error": ErrorSerializer()},
 )
 
 # What each code means to a client, for the schema's error responses.

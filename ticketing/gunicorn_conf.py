@@ -20,6 +20,15 @@ from uvicorn_worker import UvicornWorker  # noqa: E402
 
 class Worker(UvicornWorker):
     """uvicorn with uvloop and httptools, no access log (gunicorn's `accesslog`
-    turns one on), and the ASGI lifespan the fast lane answers."""
+    turns one on), and the ASGI lifespan the fast lane answers. uvicorn's own
+    reading of X-Forwarded-For is off: the app believes it only from
+    TRUSTED_PROXIES (ticketing/ratelimit.py)."""
 
-    CONFIG_KWARGS = {"loop": "uvloop", "http": "httptools", "lifespan": "on", "access_log": False}
+    CONFIG_KWARGS = {
+        "loop": "uvloop",
+        "http": "httptools",
+        "lifespan": "on",
+        "access_log": False,
+        "proxy_headers": False,
+        "server_header": False,
+    }
