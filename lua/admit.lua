@@ -9,8 +9,8 @@
 --
 -- Reads and validates everything before its first write, then writes: Redis keeps
 -- the writes done before an error, so a bad key (of the wrong type, a counter or
--- setting that is not a number, a token's bucket that is not a hash) fails the tick
--- with nothing changed, never with the head of the line popped and `popped` stale.
+-- setting that is not a number) fails the tick with nothing changed, never with the
+-- head of the line popped and `popped` stale.
 --
 -- KEYS[1] meta    HASH    status, admitPerSecond, windowSeconds, maxActive; admitRate is written
 -- KEYS[2] seq     STRING  last arrival number issued
@@ -21,7 +21,9 @@
 -- KEYS[7] seats   STRING  seats left
 -- KEYS[8] tick    STRING  the last second (Redis clock) a tick ran
 -- KEYS[9] log     LIST    "<second>:<admitted>" of the last 120 ticks, newest first
--- ARGV[1] prefix of the token-index hashes, "ticket:{<eventId>}:tokens:"
+--
+-- Touches no key but these: a person's own entry in the token index keeps their
+-- arrival number, and "taken off the head" is that number being <= `popped`.
 --
 -- Returns {outcome, admitted, waiting, active}; outcome is ADMITTED, ALREADY_TICKED,
 -- NOT_OPEN, SOLD_OUT, EMPTY (nobody waiting), FULL (the active cap is reached) or
@@ -79,9 +81,9 @@ else
 end
 
 -- Who is admitted, read off the head of the line without taking anyone off it. An
--- entry is its owner's place only while their state still names its number; else
--- they left (a hole). Every entry examined leaves the line in step 2.
-local admit, buckets, holes, consumed = {}, {}, {}, 0
+-- entry whose number is in `left` is a hole (its owner left). Every entry examined
+-- leaves the line in step 2.
+local admit, holes, consumed = {}, {}, 0
 local expires, rate
 if outcome == 'ADMITTED' then
   expires = now + number(meta[3], 'windowSeconds') * 1000
@@ -96,13 +98,11 @@ if outcome == 'ADMITTED' then
     for _, token in ipairs(tokens) do
       consumed = consumed + 1
       local place = popped + consumed
-      local bucket = ARGV[1] .. string.format('%02x%02x', token:byte(1), token:byte(2))
-      if redis.call('HGET', bucket, token) == tostring(place) then
-        local n = #admit + 1
-        admit[n], buckets[n] = token, bucket
-        if #admit == want then break end
-      else
+      if redis.call('ZSCORE', KEYS[5], place) then
         holes[#holes + 1] = place
+      else
+        admit[#admit + 1] = token
+        if #admit == want then break end
       end
     end
   end
@@ -114,10 +114,7 @@ redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now)
 local admitted = #admit
 if outcome == 'ADMITTED' then
   if consumed > 0 then redis.call('LTRIM', KEYS[4], consumed, -1) end
-  for i, token in ipairs(admit) do
-    redis.call('HSET', buckets[i], token, 0)
-    redis.call('ZADD', KEYS[6], expires, token)
-  end
+  for _, token in ipairs(admit) do redis.call('ZADD', KEYS[6], expires, token) end
   for _, place in ipairs(holes) do redis.call('ZREM', KEYS[5], place) end
   redis.call('SET', KEYS[3], popped + consumed)
 

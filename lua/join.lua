@@ -7,9 +7,10 @@
 -- KEYS[1] meta    HASH    event status
 -- KEYS[2] seq     STRING  last arrival number issued
 -- KEYS[3] line    LIST    tokens in arrival order
--- KEYS[4] bucket  HASH    token -> arrival number (waiting) or 0 (admitted)
+-- KEYS[4] bucket  HASH    token -> arrival number (taken off the head once <= popped)
 -- KEYS[5] active  ZSET    token -> end of its active window (ms)
 -- KEYS[6] booked  STRING  reservation id, once this token has booked
+-- KEYS[7] popped  STRING  arrival numbers already taken off the head of the line
 -- ARGV[1] token, 16 raw bytes
 --
 -- Returns {outcome, joinedAtMs, reservationId}; outcome is one of
@@ -22,8 +23,14 @@ local booked = redis.call('GET', KEYS[6])
 if booked then return {'ALREADY_BOOKED', 0, booked} end
 if status == 'CLOSED' then return {'EVENT_CLOSED'} end
 
+local popped = tonumber(redis.call('GET', KEYS[7]) or 0)
+if not popped then error(KEYS[7] .. ' is not a number') end
 local state = redis.call('HGET', KEYS[4], ARGV[1])
-if state and state ~= '0' then return {'WAITING', 0} end
+if state then
+  local number = tonumber(state)
+  if not number then error(KEYS[4] .. ': the place is not a number') end
+  if number > popped then return {'WAITING', 0} end
+end
 
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)

@@ -10,7 +10,7 @@
 -- KEYS[2] seq     STRING  last arrival number issued
 -- KEYS[3] popped  STRING  arrival numbers already taken off the head of the line
 -- KEYS[4] left    ZSET    arrival numbers of people who left the line (score = number)
--- KEYS[5] bucket  HASH    token -> arrival number (waiting) or 0 (admitted)
+-- KEYS[5] bucket  HASH    token -> arrival number (taken off the head once <= popped)
 -- KEYS[6] active  ZSET    token -> end of its active window (ms)
 -- KEYS[7] booked  STRING  reservation id, once this token has booked
 -- KEYS[8] seats   STRING  seats left
@@ -27,15 +27,15 @@ if not status then return {'EVENT_NOT_FOUND'} end
 
 -- A counter kept as a string: absent is 0, anything but a number is an error (not a
 -- nil that would cut the reply short).
-local function number(key)
-  local n = tonumber(redis.call('GET', key) or 0)
-  if not n then error(key .. ' is not a number') end
+local function number(i)
+  local n = tonumber(redis.call('GET', KEYS[i]) or 0)
+  if not n then error(KEYS[i] .. ' is not a number') end
   return n
 end
 
-local popped = number(KEYS[3])
-local waiting = number(KEYS[2]) - popped - redis.call('ZCARD', KEYS[4])
-local seats = number(KEYS[8])
+local popped = number(3)
+local waiting = number(2) - popped - redis.call('ZCARD', KEYS[4])
+local seats = number(8)
 local function answer(state, detail)
   return {state, waiting, seats, status, detail or false, meta[2] or '0'}
 end
@@ -51,6 +51,8 @@ if expires and tonumber(expires) > now then return answer('ACTIVE', expires) end
 
 local state = redis.call('HGET', KEYS[5], ARGV[1])
 if not state then return answer('NOT_FOUND') end
-if state == '0' then return answer('EXPIRED') end
-local ahead = tonumber(state) - 1 - popped - redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. state)
+local place = tonumber(state)
+if not place then error(KEYS[5] .. ': the place is not a number') end
+if place <= popped then return answer('EXPIRED') end  -- admitted, and the window passed
+local ahead = place - 1 - popped - redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. state)
 return answer('WAITING', ahead + 1)

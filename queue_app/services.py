@@ -79,7 +79,8 @@ class Joined:
 
 def _join_call(event_id: str, token: Token) -> Call:
     k = r.event_keys(event_id)
-    return "join", [k.meta, k.seq, k.line, k.bucket(token.raw), k.active, k.booked(token.text)], [token.raw]
+    keys = [k.meta, k.seq, k.line, k.bucket(token.raw), k.active, k.booked(token.text), k.popped]
+    return "join", keys, [token.raw]
 
 
 def _joined(event_id: str, token: Token, reply: list) -> Joined:
@@ -127,7 +128,7 @@ class Left:
 
 def _leave_call(event_id: str, token: Token) -> Call:
     k = r.event_keys(event_id)
-    return "leave", [k.meta, k.bucket(token.raw), k.left], [token.raw]
+    return "leave", [k.meta, k.bucket(token.raw), k.left, k.popped], [token.raw]
 
 
 def _left(event_id: str, removed: int) -> Left:
@@ -237,7 +238,7 @@ class Tick:
 def _admit_args(event_id: str) -> tuple[list[str], list[str]]:
     k = r.EventKeys(event_id)
     keys = [k.meta, k.seq, k.popped, k.line, k.left, k.active, k.seats, k.tick, k.admit_log]
-    return keys, [k.bucket_prefix]
+    return keys, []
 
 
 def event_admit(event_id: str) -> Tick:

@@ -32,6 +32,19 @@ def test_each_script_has_a_header_naming_its_keys_and_args(path):
     assert "Returns" in header
 
 
+# Commands that name no key.
+KEYLESS = {"TIME"}
+
+
+@pytest.mark.parametrize("path", LUA, ids=lambda p: p.name)
+def test_every_key_a_script_touches_is_passed_in_keys(path):
+    """Redis Cluster runs a script on the node of its KEYS: a key the script made up
+    itself may live elsewhere. So each command's key is literally a KEYS entry."""
+    for command, first in re.findall(r"redis\.p?call\('([A-Z]+)'(?:, *([^,)]+))?", path.read_text()):
+        if command not in KEYLESS:
+            assert re.fullmatch(r"KEYS\[\w+\]", first), f"{path.name}: {command} {first}"
+
+
 def test_scripts_are_reloaded_after_script_flush(api, event, rc):
     token = api.token(event.event_id)
     assert api.poll(token, event.event_id)[1]["data"]["rank"] == 1
