@@ -9,4 +9,4 @@ RUN SECRET_KEY=build-only python manage.py collectstatic --noinput -v 0 \
     && useradd --system --uid 1000 app && mkdir -p var && chown -R app var
 USER app
 EXPOSE 8000
-CMD ["gunicorn", "ticketing.wsgi:application", "--config", "python:ticketing.gunicorn_conf"]
+CMD ["gunicorn", "ticketing.asgi:application", "--config", "python:ticketing.gunicorn_conf"]
