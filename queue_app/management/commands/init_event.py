@@ -1,9 +1,11 @@
+import io
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import IntegrityError, transaction
 
-from booking_app import reconcile
 from queue_app import services
 from queue_app.models import Event
 
@@ -66,9 +68,11 @@ class Command(BaseCommand):
         except (IntegrityError, services.SeatsBelowSold):
             raise CommandError(f"{event_id}: {event.total_seats} seats is fewer than already sold.") from None
         if opts["reset"]:
-            # A fresh line, but sold seats stay sold: rebuilt from Postgres.
+            # A fresh line, but sold seats stay sold: the booking app rebuilds the
+            # event's state from Postgres, as after Redis lost its data.
             services.event_wipe(event_id)
-            left = reconcile.event_recover(event_id).seats_left
+            call_command("recover_event", event_id, stdout=io.StringIO())
+            left = services.event_live_numbers(event_id)["seatsLeft"]
         verb = "Created" if existing is None else "Updated"
         self.stdout.write(
             f"{verb} event {event_id}: {event.total_seats} seats ({left} left), "
