@@ -6,9 +6,10 @@ bench/run.py --profile records two profiles per path:
 
 * `<path>.cpu.txt` (`py-spy --gil`): only the thread holding the GIL, i.e. the
   Python CPU time of a worker, which is what caps a worker's requests per second.
-* `<path>.wall.txt` (`py-spy --idle`): every thread, running or waiting; the report
-  keeps the samples inside Django's handler, so it shows where a request's wall time
-  goes (waiting for Postgres, the broker or Redis included).
+* `<path>.wall.txt` (`py-spy --idle`): every thread, running or waiting; under WSGI the
+  report keeps the samples inside Django's handler, so it shows where a request's wall
+  time goes (waiting for Postgres, the broker or Redis included). An ASGI worker's
+  awaiting coroutines are on no thread's stack: its wall profile is the whole worker.
 
 Each sample is given to its *owner*: the innermost frame that belongs to a part of
 the stack we might change (gunicorn, one middleware, DRF, redis-py, the app...).
@@ -28,8 +29,11 @@ OWNERS: list[tuple[str, str, str]] = [
     ("gunicorn/util.py", "gunicorn", "WSGI environ, start_response, writing the response"),
     ("gunicorn/http/", "gunicorn", "HTTP request parsing"),
     ("gunicorn/workers/", "gunicorn", "gthread: accept, keep-alive, poller, thread pool"),
-    ("concurrent/futures/", "gunicorn", "gthread: accept, keep-alive, poller, thread pool"),
+    # gthread's pool under WSGI; under ASGI, the threads asgiref runs Django's sync code in.
+    ("concurrent/futures/", "threads", "thread pools (gthread's, asgiref's)"),
     ("gunicorn/", "gunicorn", "other (config, arbiter)"),
+    ("uvicorn", "uvicorn", "HTTP protocol (httptools), ASGI plumbing, worker"),
+    ("asgiref/", "Django core", "asgiref: sync_to_async / async_to_sync hops"),
     ("django/core/handlers/exception.py", "Django middleware", "chain plumbing (MiddlewareMixin)"),
     ("django/utils/deprecation.py", "Django middleware", "chain plumbing (MiddlewareMixin)"),
     ("django/middleware/security.py", "Django middleware", "SecurityMiddleware"),
@@ -41,7 +45,7 @@ OWNERS: list[tuple[str, str, str]] = [
     ("django/contrib/auth/", "Django middleware", "AuthenticationMiddleware"),
     ("django/contrib/messages/", "Django middleware", "MessageMiddleware"),
     ("django/middleware/clickjacking.py", "Django middleware", "XFrameOptionsMiddleware"),
-    ("django/core/handlers/", "Django core", "WSGI handler, request/response setup"),
+    ("django/core/handlers/", "Django core", "WSGI/ASGI handler, request/response setup"),
     ("django/core/signals", "Django core", "request_started/finished signals"),
     ("django/dispatch/", "Django core", "request_started/finished signals"),
     ("django/http/", "Django core", "HttpRequest / HttpResponse"),
@@ -66,11 +70,14 @@ OWNERS: list[tuple[str, str, str]] = [
     ("amqp/", "broker", "publish (kombu / amqp)"),
     ("celery/", "broker", "publish (kombu / amqp)"),
     ("ticketing/redis.py", "app", "ticketing.redis (client, script lookup)"),
+    ("ticketing/fastlane.py", "app", "the ASGI fast lane"),
     ("uuid.py", "app", "uuid"),
     ("queue_app/", "app", "views and services"),
     ("booking_app/", "app", "views and services"),
     ("ticketing/", "app", "views and services"),
     ("bench/baseline/", "app", "views and services"),
+    # Last: the event loop's own frames, under every coroutine of an ASGI worker.
+    ("asyncio/", "asyncio", "event loop, tasks, futures"),
 ]
 
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::\d+)?\)$")

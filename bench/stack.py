@@ -2,13 +2,14 @@
 
 A private redis-server on a free port (never the machine's 6379), the Postgres
 database `ticketing_bench` (never `ticketing` or `test_ticketing`), and gunicorn as
-production starts it. Every process started here is stopped by `Stack.close()`,
-by its own id.
+production starts it (the Procfile's `web:` command). Every process started here is
+stopped by `Stack.close()`, by its own id.
 """
 
 import contextlib
 import os
 import secrets
+import shlex
 import shutil
 import signal
 import socket
@@ -57,7 +58,9 @@ def ensure_database(name: str = BENCH_DB) -> str:
 
 def export(ref: str, into: Path) -> tuple[Path, str]:
     """The app's code at a git revision, unpacked into `into`: a run of a committed
-    revision is then immune to edits in progress in the working tree."""
+    revision is then immune to edits in progress in the working tree. Without its
+    `bench/`: the servers run from `into`, where that revision's would shadow this
+    harness's (the references of bench/baseline/ must be the same for every revision)."""
     commit = subprocess.run(
         ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"],
         cwd=BASE_DIR,
@@ -66,7 +69,8 @@ def export(ref: str, into: Path) -> tuple[Path, str]:
         text=True,
     ).stdout.strip()
     into.mkdir(parents=True)
-    archive = subprocess.Popen(["git", "archive", commit], cwd=BASE_DIR, stdout=subprocess.PIPE)
+    archive_cmd = ["git", "archive", commit, "--", ".", ":(exclude)bench"]
+    archive = subprocess.Popen(archive_cmd, cwd=BASE_DIR, stdout=subprocess.PIPE)
     subprocess.run(["tar", "-x", "-C", str(into)], stdin=archive.stdout, check=True)
     if archive.wait() != 0:
         raise SystemExit(f"git archive {ref} failed")
@@ -78,10 +82,24 @@ def revision() -> dict:
 
     def git(*args: str) -> str:
         done = subprocess.run(["git", *args], cwd=BASE_DIR, capture_output=True, text=True)
-        return done.stdout.strip()
+        return done.stdout.rstrip()  # not strip(): porcelain's first line starts with its status
 
     changed = [line[3:] for line in git("status", "--porcelain").splitlines() if line[3:]]
     return {"head": git("rev-parse", "HEAD"), "uncommitted_changes": changed}
+
+
+def procfile_web(app_dir: Path) -> list[str]:
+    """gunicorn's arguments on the `web:` line of the Procfile of the code under test:
+    what production runs, and for --ref what that revision ran (WSGI or ASGI)."""
+    procfile = app_dir / "Procfile"
+    for line in procfile.read_text().splitlines():
+        name, _, command = line.partition(":")
+        if name.strip() == "web":
+            program, *args = shlex.split(command)
+            if program != "gunicorn":
+                raise SystemExit(f"{procfile}: the web command is not gunicorn: {command.strip()}")
+            return args
+    raise SystemExit(f"{procfile} has no web: line")
 
 
 class Stack:
@@ -166,14 +184,15 @@ class Stack:
         )
         if done.returncode != 0:
             raise SystemExit(f"manage.py {' '.join(args)} failed:\n{done.stdout}{done.stderr}")
-        return done.stdout.strip()
+        return done.stdout.rstrip()  # not strip(): porcelain's first line starts with its status
 
     # --- gunicorn ----------------------------------------------------------------
 
     def start_gunicorn(
         self, name: str, args: list[str], env: dict[str, str], health: str
     ) -> subprocess.Popen:
-        """gunicorn with `args`; returns once `health` answers 200."""
+        """gunicorn with `args`; returns once `health` answers 200. The venv's gunicorn
+        (`python -m`), which is the `gunicorn` on a deployment's PATH."""
         proc = self._spawn(name, [PYTHON, "-m", "gunicorn", *args], env=env)
         deadline = time.monotonic() + 30
         while True:
