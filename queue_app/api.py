@@ -92,7 +92,13 @@ class JoinView(Endpoint):
         operation_id="queue_join",
         request=EventInput,
         responses=responses(
-            JoinedOutput, "VALIDATION_ERROR", "EVENT_NOT_FOUND", "EVENT_CLOSED", "RATE_LIMIT"
+            JoinedOutput,
+            "VALIDATION_ERROR",
+            "UNSUPPORTED_MEDIA_TYPE",
+            "PAYLOAD_TOO_LARGE",
+            "EVENT_NOT_FOUND",
+            "EVENT_CLOSED",
+            "RATE_LIMIT",
         ),
     )
     def post(self, request: Request) -> Response:
@@ -112,6 +118,8 @@ class RejoinView(Endpoint):
         responses=responses(
             RejoinedOutput,
             "VALIDATION_ERROR",
+            "UNSUPPORTED_MEDIA_TYPE",
+            "PAYLOAD_TOO_LARGE",
             "MISSING_TOKEN",
             "EVENT_NOT_FOUND",
             "EVENT_CLOSED",

@@ -13,6 +13,10 @@ workers = int(os.environ.get("WEB_CONCURRENCY", os.cpu_count() or 2))
 worker_class = "ticketing.gunicorn_conf.Worker"
 keepalive = 5
 accesslog = os.environ.get("ACCESS_LOG") or None
+# gunicorn's control socket sits at one path per user (~/.gunicorn/gunicorn.ctl):
+# two servers on one machine (a test server, a benchmark) would take it from each
+# other. Nothing here uses it.
+control_socket_disable = True
 
 
 from uvicorn_worker import UvicornWorker  # noqa: E402

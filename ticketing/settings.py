@@ -84,6 +84,9 @@ SECRET_KEY = _secret_key()
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 PORT = _int("PORT", 8000, minimum=1)
+# Threads per server process for Django's lane (booking, pages, admin: see
+# ticketing/asgi.py); the crowd's endpoints do not use them.
+WEB_THREADS = _int("WEB_THREADS", 8, minimum=1)
 
 # --- Redis -----------------------------------------------------------------
 # REDIS_URL wins; otherwise the seed's REDIS_HOST / REDIS_PORT / REDIS_PASSWORD.
@@ -253,7 +256,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024
 
 REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["ticketing.parsers.JSONParser"],
     # The API identifies people by queue token, not by login: no session lookups,
     # no CSRF on the JSON endpoints.
     "DEFAULT_AUTHENTICATION_CLASSES": [],

@@ -1,0 +1,277 @@
+"""The production lane as a real process: gunicorn with one uvicorn worker, as the
+Procfile's `web` line starts it, over real sockets.
+
+Two things only a real server shows:
+
+- A bug is an answer, not a crash: an exception nobody expected (here a non-number
+  where poll reads the admission rate, so `float()` raises in
+  `queue_app.services._position`) is written to the server's log with its traceback,
+  and the client gets the enveloped 500 (JSON, INTERNAL_ERROR, as the schema
+  documents), not an HTML page or a dropped connection. On the fast lane, and on
+  Django's lane behind it in the same worker (a HEAD of the poll); and in-process on
+  both lanes, where the test's own log capture sees the record and its traceback.
+- Slow clients cannot starve the service: a worker is one event loop, so fifty
+  connections that trickle their request line, headers or body a byte every half
+  second each hold a coroutine, not the worker. Meanwhile /health and a poll answer
+  within a second, again and again.
+"""
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import requests
+from django.conf import settings
+from django.http import HttpResponse
+from django.test import Client
+
+import ticketing.asgi  # noqa: F401 (its django.setup() reconfigures logging: at import, not under caplog)
+from conftest import LaneClient, free_port, wait_for_health
+from ticketing import redis as r
+from ticketing.tests.test_contract import Call, assert_documented
+
+Server = tuple[str, subprocess.Popen, Path]
+
+
+def _launch(env: dict[str, str], log: Path, *, workers: int = 1) -> tuple[str, subprocess.Popen]:
+    """conftest.start_gunicorn, with the server's stderr (its log) kept in `log`."""
+    port = free_port()
+    with log.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gunicorn",
+                "ticketing.asgi:application",
+                "--config",
+                "python:ticketing.gunicorn_conf",
+                "--graceful-timeout",
+                "1",
+            ],
+            cwd=settings.BASE_DIR,
+            env={
+                **os.environ,
+                "REDIS_URL": settings.REDIS_URL,
+                "HOST": "127.0.0.1",
+                "PORT": str(port),
+                "WEB_CONCURRENCY": str(workers),
+                **env,
+            },
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_health(base, proc)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    return base, proc
+
+
+@pytest.fixture
+def logged_server(tmp_path: Path) -> Iterator[Callable[[dict[str, str]], Server]]:
+    """Start app servers whose log is a file; killed afterwards."""
+    started: list[subprocess.Popen] = []
+
+    def start(env: dict[str, str]) -> Server:
+        log = tmp_path / f"server-{len(started)}.log"
+        base, proc = _launch(env, log)
+        started.append(proc)
+        return base, proc, log
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+# The server's own limits off: other work on this machine shares 127.0.0.1's counters.
+NO_LIMITS = {"RATE_LIMIT_JOIN": "0", "RATE_LIMIT_LEAVE": "0"}
+
+
+def _join(base: str, event_id: str) -> str:
+    response = requests.post(f"{base}/api/queue/join", json={"eventId": event_id}, timeout=5)
+    assert response.status_code == 200, response.text
+    return response.json()["data"]["token"]
+
+
+def _break_the_admission_rate(event_id: str) -> None:
+    """A non-number where poll reads a number: `float("abc")` raises ValueError."""
+    r.client().hset(r.EventKeys(event_id).meta, "admitRate", "abc")
+
+
+def _assert_internal_error(status: int, content_type: str, body: bytes) -> None:
+    assert status == 500, body
+    assert content_type.startswith("application/json"), (content_type, body)
+    assert json.loads(body) == {
+        "success": False,
+        "error": {"code": "INTERNAL_ERROR", "message": "Something went wrong on our side."},
+    }
+
+
+def _as_django(response: requests.Response) -> HttpResponse:
+    """A requests answer as the Django response assert_documented reads."""
+    answer = HttpResponse(response.content, status=response.status_code)
+    for name, value in response.headers.items():
+        answer.headers[name] = value
+    return answer
+
+
+def _wait_for_log(log: Path, *needles: str, seconds: float = 5) -> str:
+    deadline = time.monotonic() + seconds
+    while True:
+        text = log.read_text(errors="replace")
+        if all(needle in text for needle in needles) or time.monotonic() > deadline:
+            return text
+        time.sleep(0.05)
+
+
+def test_a_bug_on_the_production_lane_is_logged_and_answered_with_the_enveloped_500(
+    logged_server, event
+) -> None:
+    base, _, log = logged_server(NO_LIMITS)
+    token = _join(base, event.event_id)
+    _break_the_admission_rate(event.event_id)
+    path = f"/api/status/poll?token={token}&eventId={event.event_id}"
+
+    # The fast lane serves this poll.
+    response = requests.get(f"{base}{path}", timeout=5)
+    _assert_internal_error(response.status_code, response.headers["Content-Type"], response.content)
+    assert_documented(Call("GET", path), _as_django(response))
+    text = _wait_for_log(log, "GET /api/status/poll failed", "could not convert string to float: b'abc'")
+    assert "ERROR ticketing.fastlane GET /api/status/poll failed" in text, text
+    assert "Traceback (most recent call last)" in text, text
+    assert "ValueError: could not convert string to float: b'abc'" in text, text
+
+    # HEAD is not the fast lane's: Django's lane in the same worker runs the poll
+    # (HEAD is GET without the body), and its bug is the same logged 500 in JSON.
+    response = requests.head(f"{base}{path}", timeout=5)
+    assert response.status_code == 500
+    assert response.headers["Content-Type"].startswith("application/json")
+    text = _wait_for_log(log, "ERROR ticketing.errors HEAD /api/status/poll failed")
+    assert "ERROR ticketing.errors HEAD /api/status/poll failed" in text, text
+    assert text.count("ValueError: could not convert string to float: b'abc'") == 2, text
+
+
+def test_a_bug_in_process_is_logged_and_answered_with_the_enveloped_500_on_both_lanes(
+    lane: Client | LaneClient, event, caplog
+) -> None:
+    from queue_app import services
+
+    token = services.queue_join(event_id=event.event_id).token
+    _break_the_admission_rate(event.event_id)
+    path = f"/api/status/poll?token={token}&eventId={event.event_id}"
+    with caplog.at_level(logging.ERROR):
+        response = lane.get(path)
+    _assert_internal_error(response.status_code, response["Content-Type"], response.content)
+    assert_documented(Call("GET", path), response)
+    failed = [rec for rec in caplog.records if rec.getMessage() == "GET /api/status/poll failed"]
+    assert len(failed) == 1, caplog.text
+    assert failed[0].exc_info is not None and failed[0].exc_info[0] is ValueError
+
+
+# --- Slow clients ----------------------------------------------------------------------
+
+SLOW_CLIENTS = 50
+TRICKLE_SECONDS = 5.0
+TRICKLE_EVERY = 0.5
+
+
+class Trickler:
+    """Connections that each send one byte of their request every TRICKLE_EVERY
+    seconds: half trickle the request line and headers, half send full headers of a
+    join with Content-Length: 100 and trickle its body."""
+
+    def __init__(self, base: str, event_id: str) -> None:
+        host, port = base.removeprefix("http://").split(":")
+        self.sockets: list[socket.socket] = []
+        self.pending: list[bytes] = []
+        self.sent = [0] * SLOW_CLIENTS  # bytes each has sent since the start
+        self.closed = 0
+        self.stop = threading.Event()
+        body = json.dumps({"eventId": event_id}).encode().ljust(100)
+        for i in range(SLOW_CLIENTS):
+            sock = socket.create_connection((host, int(port)), timeout=5)
+            if i % 2 == 0:
+                request = (
+                    f"GET /api/status/poll?token={uuid.uuid4()}&eventId={event_id} HTTP/1.1\r\n"
+                    f"Host: {host}\r\nUser-Agent: slow\r\n\r\n"
+                ).encode()
+            else:
+                sock.sendall(
+                    b"POST /api/queue/join HTTP/1.1\r\nHost: "
+                    + host.encode()
+                    + b"\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+                )
+                request = body
+            self.sockets.append(sock)
+            self.pending.append(request)
+        self.thread = threading.Thread(target=self._run, name="trickler", daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.wait(TRICKLE_EVERY):
+            for i, sock in enumerate(self.sockets):
+                if not self.pending[i]:
+                    continue
+                try:
+                    sock.send(self.pending[i][:1])
+                    self.pending[i] = self.pending[i][1:]
+                    self.sent[i] += 1
+                except OSError:
+                    self.pending[i] = b""
+                    self.closed += 1
+
+    def __enter__(self) -> "Trickler":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        for sock in self.sockets:
+            sock.close()
+
+
+def _timed_get(url: str) -> tuple[int, float]:
+    started = time.monotonic()
+    response = requests.get(url, timeout=1)
+    return response.status_code, time.monotonic() - started
+
+
+def test_slow_clients_cannot_starve_the_service(gunicorn, event) -> None:
+    base, proc = gunicorn({"WEB_CONCURRENCY": "1", **NO_LIMITS})
+    token = _join(base, event.event_id)
+    poll = f"{base}/api/status/poll?token={token}&eventId={event.event_id}"
+    answers: list[tuple[str, int, float]] = []
+    with Trickler(base, event.event_id) as slow:
+        deadline = time.monotonic() + TRICKLE_SECONDS
+        while time.monotonic() < deadline:
+            for name, url in (("health", f"{base}/health"), ("poll", poll)):
+                status, took = _timed_get(url)
+                answers.append((name, status, took))
+            time.sleep(0.25)
+        still_open = SLOW_CLIENTS - slow.closed
+        unfinished = sum(1 for pending in slow.pending if pending)
+        trickled = min(slow.sent)
+    assert proc.poll() is None
+    assert len(answers) >= 10, answers
+    assert all(status == 200 and took < 1 for _, status, took in answers), answers
+    # The slow clients were there all along, trickling: every one still mid-request.
+    assert (still_open, unfinished) == (SLOW_CLIENTS, SLOW_CLIENTS)
+    assert trickled >= TRICKLE_SECONDS / TRICKLE_EVERY - 2, slow.sent
+    # And the poll read what the join wrote (the worker served real work).
+    assert requests.get(poll, timeout=1).json()["data"]["status"] == "WAITING"
