@@ -1,14 +1,26 @@
-"""The ASGI application production serves (gunicorn with uvicorn workers): the
-crowd's endpoints on the fast lane, everything else on Django's ASGI application."""
+"""The ASGI application production serves (gunicorn with uvicorn workers).
+
+The crowd's endpoints are answered by the fast lane (ticketing/fastlane.py).
+Everything else (booking, cancellation, pages, the admin, and any request the fast
+lane refuses for its form) is Django's full stack, run in a pool of threads:
+Django's own ASGI handler starts a thread per request and hops between threads
+around every sync middleware, which cost a booking four times its CPU and held
+bookings to ~140/s where this pool serves them at the WSGI rate (docs/benchmarks.md).
+The fast lane reads each body before it reaches the pool, so a slow client holds a
+coroutine, never one of these threads.
+"""
 
 import os
 
-from django.core.asgi import get_asgi_application
+from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ticketing.settings")
 
-django_application = get_asgi_application()
+django_application = get_wsgi_application()
+
+from a2wsgi import WSGIMiddleware  # noqa: E402
+from django.conf import settings  # noqa: E402
 
 from ticketing.fastlane import FastLane  # noqa: E402  (needs the settings loaded above)
 
-application = FastLane(django_application)
+application = FastLane(WSGIMiddleware(django_application, workers=settings.WEB_THREADS))

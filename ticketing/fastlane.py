@@ -41,6 +41,14 @@ Send = Callable[[dict], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _JSON = [(b"content-type", b"application/json"), (b"x-content-type-options", b"nosniff")]
+# Bodies the lane reads itself: JSON in UTF-8, the only encoding orjson reads.
+_JSON_TYPES = {
+    b"application/json",
+    b"application/json; charset=utf-8",
+    b"application/json; charset=UTF-8",
+    b"application/json;charset=utf-8",
+    b"application/json;charset=UTF-8",
+}
 
 
 class FastRoute:
@@ -85,11 +93,25 @@ class _Refused(Exception):
 class _Body:
     """What the lane read of a request's body, to hand Django the same stream."""
 
-    __slots__ = ("data", "more")
+    __slots__ = ("data", "more", "gone")
 
     def __init__(self) -> None:
         self.data = b""
         self.more = True  # the client has more to send than was read
+        self.gone = False  # the client hung up first
+
+    async def read(self, receive: Receive) -> None:
+        """Read the body while the client sends it, up to one byte over the limit
+        that Django refuses anyway: a slow client holds this coroutine, never one
+        of Django's threads."""
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        while self.more and len(self.data) <= limit:
+            message = await receive()
+            if message["type"] != "http.request":
+                self.gone = True
+                return
+            self.data += message.get("body", b"")
+            self.more = message.get("more_body", False)
 
     def replay(self, receive: Receive) -> Receive:
         """`receive` for Django: what was read, then the rest from the client."""
@@ -106,7 +128,7 @@ class _Body:
 
 
 class FastLane:
-    """ASGI: the fast routes, then Django's ASGI application for everything else."""
+    """ASGI: the fast routes, then Django's lane (`app`) for everything else."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -119,13 +141,17 @@ class FastLane:
         return self._routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            route = self.routes.get(scope["path"])
-            if route is not None and scope["method"] == route.method:
-                return await self.serve(route, scope, receive, send)
-        elif scope["type"] == "lifespan":
+        if scope["type"] == "lifespan":
             return await self._lifespan(receive, send)
-        await self.app(scope, receive, send)
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        route = self.routes.get(scope["path"])
+        if route is not None and scope["method"] == route.method:
+            return await self.serve(route, scope, receive, send)
+        body = _Body()
+        await body.read(receive)
+        if not body.gone:
+            await self.app(scope, body.replay(receive), send)
 
     async def serve(self, route: FastRoute, scope: Scope, receive: Receive, send: Send) -> None:
         body = None if route.source == "query" else _Body()
@@ -168,27 +194,17 @@ class FastLane:
             except UnicodeDecodeError:
                 raise _Refused from None
             return dict(parse_qsl(query, keep_blank_values=True))
-        content_type = length = None
+        content_type = None
         for name, value in scope["headers"]:
             if name == b"content-type":
                 content_type = value
-            elif name == b"content-length":
-                length = value
-        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        if length is not None and (not length.isdigit() or int(length) > limit):
-            raise _Refused
-        while body.more:
-            message = await receive()
-            if message["type"] != "http.request":
-                raise _Refused  # the client went away: Django hears it too
-            body.data += message.get("body", b"")
-            body.more = message.get("more_body", False)
-            if len(body.data) > limit:
-                raise _Refused  # too big: Django reads the rest and says so
+        await body.read(receive)
+        if body.gone or body.more or len(body.data) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
+            raise _Refused  # gone, or too big: Django hears it and says so
         if not body.data:
             return {}  # `curl -X POST`: no body is {}
-        if content_type is None or content_type.split(b";")[0].strip() != b"application/json":
-            raise _Refused  # DRF decides what else it accepts, and says so
+        if content_type not in _JSON_TYPES:
+            raise _Refused  # DRF decides what else it accepts (other charsets too), and says so
         try:
             data = orjson.loads(body.data)
         except orjson.JSONDecodeError:
