@@ -46,20 +46,30 @@ class Batcher:
         self.client = client
         self.pending: list[tuple[tuple, asyncio.Future]] = []
         self.sending: set[asyncio.Task] = set()  # held, or the loop might drop them midway
+        # Never more pipelines in flight than the pool has connections: past that the
+        # pool would refuse one. Commands arriving meanwhile wait, and go out
+        # together when a pipeline comes back.
+        self.limit = client.connection_pool.max_connections
 
     def execute(self, *args: Any) -> asyncio.Future:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        if not self.pending:
+        if not self.pending and len(self.sending) < self.limit:
             loop.call_soon(self._flush)
         self.pending.append((args, future))
         return future
 
     def _flush(self) -> None:
+        if not self.pending or len(self.sending) >= self.limit:
+            return  # sent already, or `_sent` sends it when a connection frees
         batch, self.pending = self.pending, []
         task = asyncio.ensure_future(self._send(batch))
         self.sending.add(task)
-        task.add_done_callback(self.sending.discard)
+        task.add_done_callback(self._sent)
+
+    def _sent(self, task: asyncio.Task) -> None:
+        self.sending.discard(task)
+        self._flush()
 
     async def _send(self, batch: list[tuple[tuple, asyncio.Future]]) -> None:
         pipe = self.client.pipeline(transaction=False)
@@ -245,7 +255,8 @@ async def arun(name: str, keys: list[str], args: list[Any]) -> Any:
     try:
         return await on.execute("EVALSHA", found.sha, len(keys), *keys, *args)
     except redis.exceptions.NoScriptError:
-        await on.client.script_load(found.source)
+        # Batched too: after a restart every request in flight is told NOSCRIPT at once.
+        await on.execute("SCRIPT", "LOAD", found.source)
         return await on.execute("EVALSHA", found.sha, len(keys), *keys, *args)
 
 

@@ -275,3 +275,46 @@ def test_slow_clients_cannot_starve_the_service(gunicorn, event) -> None:
     assert trickled >= TRICKLE_SECONDS / TRICKLE_EVERY - 2, slow.sent
     # And the poll read what the join wrote (the worker served real work).
     assert requests.get(poll, timeout=1).json()["data"]["status"] == "WAITING"
+
+
+# --- A burst ---------------------------------------------------------------------------
+
+BURST = 1000
+
+
+async def _burst_of_joins(base: str, event_id: str) -> list[bytes]:
+    """BURST joins at once, each on its own connection, as the seed's
+    load-test-join client sends them (1,000 concurrent)."""
+    import asyncio
+
+    host, port = base.removeprefix("http://").split(":")
+    body = json.dumps({"eventId": event_id}).encode()
+    request = (
+        f"POST /api/queue/join HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+    async def one() -> bytes:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(request)
+        answer = await reader.read()
+        writer.close()
+        return answer.split(b"\r\n", 1)[0] + b" " + answer.rsplit(b"\r\n\r\n", 1)[-1]
+
+    return await asyncio.wait_for(asyncio.gather(*(one() for _ in range(BURST))), 60)
+
+
+def test_a_burst_of_a_thousand_joins_meeting_an_empty_script_cache(gunicorn, event) -> None:
+    """A fast-lane worker with a thousand requests in flight, every one of them told
+    NOSCRIPT (a Redis just restarted or failed over): their reloads and retries go
+    out on at most the pool's connections, later ones in the next batch, instead of
+    one connection each past the pool's limit and the overflow answered
+    REDIS_UNAVAILABLE."""
+    import asyncio
+
+    base, proc = gunicorn({"WEB_CONCURRENCY": "1", **NO_LIMITS})
+    r.client().script_flush()
+    answers = asyncio.run(_burst_of_joins(base, event.event_id))
+    failed = [a for a in answers if not a.startswith(b"HTTP/1.1 200")]
+    assert not failed, (len(failed), failed[:3])
+    assert r.client().get(r.event_keys(event.event_id).seq) == str(BURST).encode()
