@@ -3,9 +3,10 @@
 The crowd's endpoints are answered by the fast lane (ticketing/fastlane.py).
 Everything else (booking, cancellation, pages, the admin, and any request the fast
 lane refuses for its form) is Django's full stack, run in a pool of threads:
-Django's own ASGI handler starts a thread per request and hops between threads
-around every sync middleware, which cost a booking four times its CPU and held
-bookings to ~140/s where this pool serves them at the WSGI rate (docs/benchmarks.md).
+Django's own ASGI handler runs each request's sync code through asgiref, hopping
+between the loop and a thread around the middleware and the view: it booked 317/s
+where this pool books 407/s, and a WSGI server 478/s (interleaved runs,
+docs/benchmarks.md).
 The fast lane reads each body before it reaches the pool, so a slow client holds a
 coroutine, never one of these threads.
 """
