@@ -36,6 +36,8 @@ def _test_settings(settings) -> None:
     # Every test client is 127.0.0.1; the rate-limit tests turn limits back on.
     settings.RATE_LIMIT_JOIN = 0
     settings.RATE_LIMIT_LEAVE = 0
+    settings.RATE_LIMIT_BOOKING = 0
+    settings.RATE_LIMIT_BOOKING_TOKEN = 0
     # Pages render without `collectstatic` having run (production keeps the manifest).
     settings.STORAGES = {
         **settings.STORAGES,
@@ -76,6 +78,14 @@ def make_event(db) -> Iterator[Callable[..., "object"]]:
 @pytest.fixture
 def event(make_event):
     return make_event()
+
+
+def unknown_token(event_id: str) -> str:
+    """A token this service could have issued for the event (signed) but never did:
+    the way to ask about a stranger now that made-up tokens are refused."""
+    from queue_app import tokens
+
+    return str(uuid.UUID(bytes=tokens.mint(event_id, tokens.MAX_NUMBER)))
 
 
 class Api:
@@ -317,6 +327,9 @@ def start_gunicorn(env: dict, *, workers: int = 1) -> tuple[str, subprocess.Pope
             "HOST": "127.0.0.1",
             "PORT": str(port),
             "WEB_CONCURRENCY": str(workers),
+            # Every test client is 127.0.0.1: a test that wants a limit names it.
+            "RATE_LIMIT_BOOKING": "0",
+            "RATE_LIMIT_BOOKING_TOKEN": "0",
             **env,
         },
         start_new_session=True,

@@ -170,6 +170,7 @@ class Stack:
                 "RABBITMQ_URL": broker_url,
                 "BOOKING_QUEUE": booking_queue,
                 "RATE_LIMIT_JOIN": "0",
+                "RATE_LIMIT_BOOKING": "0",  # wrk books from one address
                 # The app's code first; `bench` (this harness) from the repository.
                 "PYTHONPATH": os.pathsep.join(dict.fromkeys([str(self.app_dir), str(BASE_DIR)])),
             }

@@ -1,6 +1,12 @@
 """The admission tick at N waiting: how long one tick takes.
 
     .venv/bin/python bench/tick.py [--waiting 2000000] [--samples 200]
+        [--holes 100000 --spread head|even]
+
+With --holes, that many people leave first: the first ones in line (head), or one
+in every waiting/holes along the whole line (even). The runs of holes at the head
+are compacted away before a tick (lua/compact.lua, in calls of COMPACT_CHUNK), off
+the admit script's path: each compaction call is timed too.
 
 Fills a fresh event's line through the join script (pipelined, not HTTP), then
 times the admit script: the round trip seen by the worker and the time Redis spent
@@ -72,12 +78,53 @@ def measure(event_id: str, *, samples: int, batch: int) -> dict:
     }
 
 
+def make_holes(event_id: str, holes: int, spread: str) -> None:
+    """`holes` people leave, through the leave script, pipelined."""
+    client = r.client()
+    k = r.event_keys(event_id)
+    length = client.llen(k.line)
+    step = 1 if spread == "head" else max(1, length // holes)
+    wanted = range(0, step * holes, step)
+    r.load("leave")
+    chunk = 100_000
+    for start in range(0, wanted[-1] + 1, chunk):
+        tokens = client.lrange(k.line, start, start + chunk - 1)
+        pipe = client.pipeline(transaction=False)
+        for i in range(start, start + len(tokens)):
+            if i % step == 0 and i < len(wanted) * step:
+                raw = tokens[i - start]
+                r.run("leave", [k.meta, k.bucket(raw), k.left, k.popped], [raw], on=pipe)
+        pipe.execute()
+
+
+def measure_compaction(event_id: str) -> dict:
+    """Compact the head of the line, one timed call at a time."""
+    k = r.event_keys(event_id)
+    calls_ms, passed = [], []
+    while True:
+        t0 = time.perf_counter()
+        n = r.run("compact", [k.popped, k.line, k.left], [services.COMPACT_CHUNK])
+        calls_ms.append((time.perf_counter() - t0) * 1000)
+        passed.append(n)
+        if n < services.COMPACT_CHUNK:
+            break
+    return {
+        "holes_passed": sum(passed),
+        "calls": len(calls_ms),
+        "call_max_ms": max(calls_ms),
+        "call_median_ms": statistics.median(calls_ms),
+        "total_ms": sum(calls_ms),
+    }
+
+
 def main() -> None:
     """Fill a fresh event's line, time its ticks, print, wipe the event."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--waiting", type=int, default=2_000_000)
     parser.add_argument("--samples", type=int, default=200)
     parser.add_argument("--batch", type=int, default=70)
+    parser.add_argument("--holes", type=int, default=0)
+    parser.add_argument("--spread", choices=("head", "even"), default="head")
     args = parser.parse_args()
 
     event_id = f"bench-tick-{uuid.uuid4().hex[:8]}"
@@ -85,14 +132,26 @@ def main() -> None:
     client = r.client()
     services.event_publish(event)
     try:
+        memory = client.info("memory")["used_memory"]
         started = time.perf_counter()
         services.queue_join_many(event_id=event_id, count=args.waiting)
         fill = time.perf_counter() - started
+        memory = client.info("memory")["used_memory"] - memory
+        if args.holes:
+            make_holes(event_id, args.holes, args.spread)
+            c = measure_compaction(event_id)
+            print(
+                f"holes:              {args.holes:,} ({args.spread}); compaction passed "
+                f"{c['holes_passed']:,} in {c['calls']} calls, each median {c['call_median_ms']:.2f} ms, "
+                f"max {c['call_max_ms']:.2f} ms ({c['total_ms']:.1f} ms in all)"
+            )
         m = measure(event_id, samples=args.samples, batch=args.batch)
         print(
             f"waiting:            {args.waiting:,} (filled in {fill:.1f} s, "
             f"{args.waiting / fill:,.0f} joins/s through the join script)"
         )
+        per_person = memory / args.waiting
+        print(f"Redis memory:       {memory / 2**20:.1f} MiB, {per_person:.1f} B per person waiting")
         print(
             f"tick, round trip:   median {m['round_trip_median_ms']:.3f} ms, "
             f"p99 {m['round_trip_p99_ms']:.3f} ms ({args.samples} ticks of {args.batch})"

@@ -14,6 +14,7 @@ from booking_app import services
 from queue_app.api import EventIdField, TokenField
 from ticketing.api import Endpoint, StrictField, responses
 from ticketing.errors import validation_error
+from ticketing.ratelimit import BookingThrottle, BookingTokenThrottle
 
 
 def parse_seat_count(value: object) -> int:
@@ -94,6 +95,7 @@ class BookingView(Endpoint):
     """Book seats with a token in its active window."""
 
     Input, Output = BookingInput, BookedOutput
+    throttle_classes = [BookingThrottle, BookingTokenThrottle]
 
     @extend_schema(
         operation_id="booking_create",
@@ -102,6 +104,7 @@ class BookingView(Endpoint):
             BookedOutput,
             "VALIDATION_ERROR",
             "MISSING_TOKEN",
+            "INVALID_TOKEN",
             "UNSUPPORTED_MEDIA_TYPE",
             "PAYLOAD_TOO_LARGE",
             "EVENT_NOT_FOUND",
@@ -110,6 +113,7 @@ class BookingView(Endpoint):
             "ALREADY_BOOKED",
             "SOLD_OUT",
             "INSUFFICIENT_SEATS",
+            "RATE_LIMIT",
             "BOOKING_NOT_SAVED",
             "BOOKING_PENDING",
         ),

@@ -29,7 +29,7 @@ from django.utils import timezone
 from booking_app import publish
 from booking_app.models import Reservation
 from queue_app.models import Event
-from queue_app.services import Token
+from queue_app.services import Token, issued
 from ticketing import redis as r
 from ticketing.errors import REDIS_ERRORS, DomainError
 
@@ -227,6 +227,7 @@ class Booked:
 def booking_reserve(
     *, event_id: str, token: Token, seat_count: int, buyer_name: str = "", buyer_email: str = ""
 ) -> Booked:
+    issued(event_id, token)
     k = r.EventKeys(event_id)
     b = Booking(uuid.uuid4(), event_id, token.text, seat_count, buyer_name, buyer_email)
     reply = r.run(

@@ -35,10 +35,13 @@ class BookingForm(forms.Form):
 
 
 def _token(request: HttpRequest, event_id: str) -> queue.Token | None:
+    """The browser's token for the event, if this service issued it."""
     try:
-        return queue.parse_token(request.COOKIES.get(token_cookie(event_id)))
+        token = queue.parse_token(request.COOKIES.get(token_cookie(event_id)))
+        queue.issued(event_id, token)
     except DomainError:
         return None
+    return token
 
 
 def book(request: HttpRequest, event_id: str) -> HttpResponse:

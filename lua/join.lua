@@ -1,52 +1,82 @@
--- Give a token its place at the back of the waiting line, unless it has one.
--- join passes a fresh token; rejoin passes the token the client kept, so F5
--- keeps the place and an expired or unknown token goes to the back.
+-- Give a person a place at the back of the waiting line, unless they have one.
+-- join passes no token: a new person. rejoin passes the token the client kept, so
+-- F5 keeps the place (or the active window); an expired or unknown place goes to
+-- the back with a new token, and the old token stays what it was.
 -- Arrival order is one counter (KEYS[2]) and Redis' own clock: no app server's
 -- wall clock takes part, and two arrivals never share a number.
+-- A new token is a UUIDv8 that carries its arrival number and an HMAC-SHA1 over
+-- the event, its nonce and that number (layout: queue_app/tokens.py); the number is
+-- only known here, so it is signed here, with the pads of the app's key.
 --
 -- KEYS[1] meta    HASH    event status
 -- KEYS[2] seq     STRING  last arrival number issued
 -- KEYS[3] line    LIST    tokens in arrival order
--- KEYS[4] bucket  HASH    token -> arrival number (taken off the head once <= popped)
--- KEYS[5] active  ZSET    token -> end of its active window (ms)
--- KEYS[6] booked  STRING  reservation id, once this token has booked
+-- KEYS[4] bucket  HASH    token -> arrival number, for the new token (its nonce's bucket)
+-- KEYS[5] active  ZSET    rejoin: token -> end of its active window (ms)
+-- KEYS[6] booked  STRING  rejoin: reservation id, once the old token has booked
 -- KEYS[7] popped  STRING  arrival numbers already taken off the head of the line
--- ARGV[1] token, 16 raw bytes
+-- KEYS[8] oldbucket HASH  rejoin: the old token's bucket
+-- ARGV[1] rejoin: the old token, 16 raw bytes; join: ''
+-- ARGV[2] nonce for a new token, 4 raw bytes
+-- ARGV[3] event id
+-- ARGV[4] the key's inner HMAC pad, 64 bytes
+-- ARGV[5] the key's outer HMAC pad, 64 bytes
 --
--- Returns {outcome, joinedAtMs, reservationId}; outcome is one of
--- JOINED, WAITING, ACTIVE, ALREADY_BOOKED, EVENT_NOT_FOUND, EVENT_CLOSED.
+-- Returns {outcome, joinedAtMs, token or reservationId}; outcome is one of
+-- JOINED (with the new token), WAITING, ACTIVE, ALREADY_BOOKED, EVENT_NOT_FOUND,
+-- EVENT_CLOSED.
 -- Validates every key before its first write (Redis keeps the writes done before an
 -- error): a bad key fails the script with nothing changed.
+local old = ARGV[1]
 local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return {'EVENT_NOT_FOUND'} end
-local booked = redis.call('GET', KEYS[6])
-if booked then return {'ALREADY_BOOKED', 0, booked} end
+if old ~= '' then
+  local booked = redis.call('GET', KEYS[6])
+  if booked then return {'ALREADY_BOOKED', 0, booked} end
+end
 if status == 'CLOSED' then return {'EVENT_CLOSED'} end
 
 local popped = tonumber(redis.call('GET', KEYS[7]) or 0)
 if not popped then error(KEYS[7] .. ' is not a number') end
-local state = redis.call('HGET', KEYS[4], ARGV[1])
-if state then
-  local number = tonumber(state)
-  if not number then error(KEYS[4] .. ': the place is not a number') end
-  if number > popped then return {'WAITING', 0} end
-end
-
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local expires = redis.call('ZSCORE', KEYS[5], ARGV[1])
-if expires and tonumber(expires) > now then return {'ACTIVE', 0} end
+if old ~= '' then
+  local state = redis.call('HGET', KEYS[8], old)
+  if state then
+    local number = tonumber(state)
+    if not number then error(KEYS[8] .. ': the place is not a number') end
+    if number > popped then return {'WAITING', 0} end
+  end
+  local expires = redis.call('ZSCORE', KEYS[5], old)
+  if expires and tonumber(expires) > now then return {'ACTIVE', 0} end
+end
 
 -- The keys about to be written, checked first: RPUSH into a line that is not a list
 -- would fail after INCR, leaving a number issued to nobody. The pattern is INCR's
--- own rule (an integer without leading zeros), kept short of overflowing.
+-- own rule (an integer without leading zeros), kept within the token's 40 bits.
 local last = redis.call('GET', KEYS[2])
-if last and not (last == '0' or (#last <= 18 and last:match('^%-?[1-9]%d*$'))) then
-  error(KEYS[2] .. ' is not an integer')
+if last and not (last == '0' or (#last <= 12 and last:match('^[1-9]%d*$'))) then
+  error(KEYS[2] .. ' is not a number a token can carry')
 end
+if #ARGV[2] ~= 4 or #ARGV[4] ~= 64 or #ARGV[5] ~= 64 then error('nonce or key pads of the wrong size') end
 redis.call('LLEN', KEYS[3])
+redis.call('HLEN', KEYS[4])
 
 local seq = redis.call('INCR', KEYS[2])
-redis.call('RPUSH', KEYS[3], ARGV[1])
-redis.call('HSET', KEYS[4], ARGV[1], seq)
-return {'JOINED', now}
+local digits, n = {}, seq
+for i = 5, 1, -1 do
+  digits[i] = string.char(n % 256)
+  n = math.floor(n / 256)
+end
+local number = table.concat(digits)
+local function unhex(h)
+  return (h:gsub('..', function(c) return string.char(tonumber(c, 16)) end))
+end
+local inner = unhex(redis.sha1hex(ARGV[4] .. ARGV[3] .. '\0' .. ARGV[2] .. number))
+local mac = unhex(redis.sha1hex(ARGV[5] .. inner))
+local token = ARGV[2] .. mac:sub(1, 2)
+  .. string.char(bit.bor(0x80, bit.band(mac:byte(3), 0x0F)), mac:byte(4), bit.bor(0x80, bit.band(mac:byte(5), 0x3F)))
+  .. number .. mac:sub(6, 7)
+redis.call('RPUSH', KEYS[3], token)
+redis.call('HSET', KEYS[4], token, seq)
+return {'JOINED', now, token}

@@ -15,7 +15,14 @@ from ticketing.api import Endpoint, StrictField, responses
 from ticketing.ratelimit import JoinThrottle, LeaveThrottle
 
 
-@extend_schema_field({"type": "string", "format": "uuid", "description": "The token join handed out."})
+@extend_schema_field(
+    {
+        "type": "string",
+        "format": "uuid",
+        "description": "The token join (or a rejoin to the back) handed out for this event: a signed UUIDv8 "
+        "that carries the arrival number. Any other UUID is refused with INVALID_TOKEN.",
+    }
+)
 class TokenField(StrictField):
     """A queue token: missing is MISSING_TOKEN, anything but a UUID VALIDATION_ERROR."""
 
@@ -53,7 +60,10 @@ class JoinedOutput(serializers.Serializer):
 
 
 class RejoinedOutput(JoinedOutput):
-    rejoined = serializers.BooleanField(help_text="the place (or the active window) was kept")
+    rejoined = serializers.BooleanField(
+        help_text="true: the place (or the active window) was kept, same token; "
+        "false: a new token at the back (the old one polls as what it was)"
+    )
     status = serializers.ChoiceField(choices=["WAITING", "ACTIVE"])
 
 
@@ -121,6 +131,7 @@ class RejoinView(Endpoint):
             "UNSUPPORTED_MEDIA_TYPE",
             "PAYLOAD_TOO_LARGE",
             "MISSING_TOKEN",
+            "INVALID_TOKEN",
             "EVENT_NOT_FOUND",
             "EVENT_CLOSED",
             "ALREADY_BOOKED",
@@ -141,7 +152,9 @@ class LeaveView(Endpoint):
     @extend_schema(
         operation_id="queue_leave",
         parameters=[TokenInput],
-        responses=responses(LeftOutput, "VALIDATION_ERROR", "MISSING_TOKEN", "EVENT_NOT_FOUND", "RATE_LIMIT"),
+        responses=responses(
+            LeftOutput, "VALIDATION_ERROR", "MISSING_TOKEN", "INVALID_TOKEN", "EVENT_NOT_FOUND", "RATE_LIMIT"
+        ),
     )
     def delete(self, request: Request) -> Response:
         return self.answer(services.queue_leave(**self.validated(request)))
@@ -156,7 +169,9 @@ class PollView(Endpoint):
     @extend_schema(
         operation_id="status_poll",
         parameters=[TokenInput],
-        responses=responses(PositionOutput, "VALIDATION_ERROR", "MISSING_TOKEN", "EVENT_NOT_FOUND"),
+        responses=responses(
+            PositionOutput, "VALIDATION_ERROR", "MISSING_TOKEN", "INVALID_TOKEN", "EVENT_NOT_FOUND"
+        ),
     )
     def get(self, request: Request) -> Response:
         return self.answer(services.queue_poll(**self.validated(request)))

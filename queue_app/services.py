@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from queue_app import tokens
 from queue_app.models import EVENT_ID_PATTERN, Event
 from ticketing import redis as r
 from ticketing.errors import DomainError, validation_error
@@ -27,9 +28,8 @@ class Token:
     raw: bytes  # the 16 bytes kept in Redis
 
     @classmethod
-    def new(cls) -> "Token":
-        value = uuid.uuid4()
-        return cls(str(value), value.bytes)
+    def of(cls, raw: bytes) -> "Token":
+        return cls(str(uuid.UUID(bytes=raw)), raw)
 
 
 def parse_token(value: object) -> Token:
@@ -42,6 +42,15 @@ def parse_token(value: object) -> Token:
     except ValueError:
         raise validation_error("token must be a UUID string.") from None
     return Token(str(parsed), parsed.bytes)
+
+
+def issued(event_id: str, token: Token) -> int:
+    """The token's arrival number; INVALID_TOKEN when this service did not issue it
+    for this event (queue_app/tokens.py). Checked before Redis is asked anything."""
+    number = tokens.verify(event_id, token.raw)
+    if number is None:
+        raise DomainError("INVALID_TOKEN", "This token was not issued for this event.")
+    return number
 
 
 def parse_event_id(value: object) -> str:
@@ -77,13 +86,23 @@ class Joined:
     status: str = "WAITING"  # rejoin: WAITING or ACTIVE
 
 
-def _join_call(event_id: str, token: Token) -> Call:
+def _join_call(event_id: str, token: Token | None) -> Call:
+    """join (token None) or rejoin: the script issues and signs a new token when the
+    person goes to the back; its index bucket is the new nonce's."""
     k = r.event_keys(event_id)
-    keys = [k.meta, k.seq, k.line, k.bucket(token.raw), k.active, k.booked(token.text), k.popped]
-    return "join", keys, [token.raw]
+    nonce = tokens.new_nonce()
+    if token is None:
+        # No token to look up: its three keys are not read (meta stands in).
+        old, active, booked, old_bucket = b"", k.meta, k.meta, k.meta
+    else:
+        issued(event_id, token)
+        old, active, booked, old_bucket = token.raw, k.active, k.booked(token.text), k.bucket(token.raw)
+    keys = [k.meta, k.seq, k.line, k.bucket(nonce), active, booked, k.popped, old_bucket]
+    ipad, opad = tokens.keys()[0].pads
+    return "join", keys, [old, nonce, event_id, ipad, opad]
 
 
-def _joined(event_id: str, token: Token, reply: list) -> Joined:
+def _joined(event_id: str, token: Token | None, reply: list) -> Joined:
     outcome, *rest = reply
     if outcome == b"EVENT_NOT_FOUND":
         raise _event_not_found(event_id)
@@ -91,29 +110,30 @@ def _joined(event_id: str, token: Token, reply: list) -> Joined:
         raise DomainError("EVENT_CLOSED", "Booking for this event has closed.")
     if outcome == b"ALREADY_BOOKED":
         raise _already_booked(rest[1])
-    kept = outcome != b"JOINED"
+    if outcome == b"JOINED":
+        return Joined(Token.of(rest[1]).text, event_id, rest[0])
+    assert token is not None  # only a rejoin keeps a place
     return Joined(
         token.text,
         event_id,
-        None if kept else rest[0],
-        rejoined=kept,
+        None,
+        rejoined=True,
         status="ACTIVE" if outcome == b"ACTIVE" else "WAITING",
     )
 
 
 def queue_join(*, event_id: str) -> Joined:
     """A new person: a fresh token at the back of the line."""
-    token = Token.new()
-    return _joined(event_id, token, r.run(*_join_call(event_id, token)))
+    return _joined(event_id, None, r.run(*_join_call(event_id, None)))
 
 
 async def aqueue_join(*, event_id: str) -> Joined:
-    token = Token.new()
-    return _joined(event_id, token, await r.arun(*_join_call(event_id, token)))
+    return _joined(event_id, None, await r.arun(*_join_call(event_id, None)))
 
 
 def queue_rejoin(*, event_id: str, token: Token) -> Joined:
-    """A returning person (F5): same place if still waiting or active, else the back."""
+    """A returning person (F5): the same place while waiting or active; otherwise a
+    new token at the back, the old one left as it was (EXPIRED, or NOT_FOUND)."""
     return _joined(event_id, token, r.run(*_join_call(event_id, token)))
 
 
@@ -127,6 +147,7 @@ class Left:
 
 
 def _leave_call(event_id: str, token: Token) -> Call:
+    issued(event_id, token)
     k = r.event_keys(event_id)
     return "leave", [k.meta, k.bucket(token.raw), k.left, k.popped], [token.raw]
 
@@ -182,6 +203,7 @@ class Position:
 
 
 def _poll_call(event_id: str, token: Token) -> Call:
+    issued(event_id, token)
     k = r.event_keys(event_id)
     keys = [k.meta, k.seq, k.popped, k.left, k.bucket(token.raw), k.active, k.booked(token.text), k.seats]
     return "poll", keys, [token.raw]
@@ -242,19 +264,65 @@ def _admit_args(event_id: str) -> tuple[list[str], list[str]]:
 
 
 def event_admit(event_id: str) -> Tick:
-    """One admission tick for one event (at most once per second, see lua/admit.lua)."""
+    """One admission tick for one event (at most once per second, see lua/admit.lua),
+    after the holes at the head of its line are compacted away."""
+    while event_compact(event_id) == COMPACT_CHUNK:
+        pass
     outcome, *numbers = r.run("admit", *_admit_args(event_id))
     return Tick(event_id, outcome.decode(), *numbers)
 
 
+# Holes passed per compaction call (~2 ms inside Redis), and the time the compaction
+# before one tick may take in all.
+COMPACT_CHUNK = 5_000
+COMPACT_SECONDS = 0.3
+
+
+def _compact_call(event_id: str) -> Call:
+    k = r.event_keys(event_id)
+    return "compact", [k.popped, k.line, k.left], [COMPACT_CHUNK]
+
+
+def event_compact(event_id: str) -> int:
+    """One compaction call (lua/compact.lua): the holes passed, at most COMPACT_CHUNK."""
+    return r.run(*_compact_call(event_id))
+
+
+def events_compact(event_ids: list[str]) -> dict[str, int]:
+    """Take the runs of holes off the heads of these events' lines (lua/compact.lua),
+    a pipelined round trip per chunk, until none is left or the time is spent.
+    Returns the holes passed per event."""
+    r.load("compact")
+    passed = dict.fromkeys(event_ids, 0)
+    pending, deadline = list(event_ids), time.monotonic() + COMPACT_SECONDS
+    while pending and time.monotonic() < deadline:
+        pipe = r.client().pipeline(transaction=False)
+        for event_id in pending:
+            r.run(*_compact_call(event_id), on=pipe)
+        replies = pipe.execute(raise_on_error=False)
+        more = []
+        for event_id, reply in zip(pending, replies, strict=True):
+            if isinstance(reply, Exception):
+                log.error("compaction failed for %s: %s", event_id, reply)
+                continue
+            passed[event_id] += reply
+            if reply == COMPACT_CHUNK:
+                more.append(event_id)
+        pending = more
+    return passed
+
+
 def events_admit() -> list[Tick]:
-    """The tick for every known event, in one pipelined round trip.
+    """The tick for every known event: first the holes at the heads of the lines
+    are compacted away (`events_compact`), then every event's admission script
+    runs, in one pipelined round trip.
 
     Each event's script decides for itself: only OPEN events with seats admit.
     """
     event_ids = sorted(e.decode() for e in r.client().smembers(r.EVENTS_KEY))
     if not event_ids:
         return []
+    events_compact(event_ids)
     r.load("admit")
     pipe = r.client().pipeline(transaction=False)
     for event_id in event_ids:
@@ -280,7 +348,7 @@ def queue_join_many(*, event_id: str, count: int, chunk: int = 10_000) -> None:
     while count > 0:
         pipe = r.client().pipeline(transaction=False)
         for _ in range(min(chunk, count)):
-            r.run(*_join_call(event_id, Token.new()), on=pipe)
+            r.run(*_join_call(event_id, None), on=pipe)
         count -= len(pipe.execute())
 
 

@@ -75,6 +75,7 @@ _MEANING = {
     "MISSING_TOKEN": "no token was sent",
     "EVENT_CLOSED": "the event does not accept this now",
     "NOT_ACTIVE": "the token is not in its booking window",
+    "INVALID_TOKEN": "the token was not issued by this service for this event",
     "EVENT_NOT_FOUND": "no such event",
     "RESERVATION_NOT_FOUND": "no such reservation for this token",
     "METHOD_NOT_ALLOWED": "another HTTP method is expected",

@@ -34,6 +34,7 @@ STATUS: dict[str, int] = {
     "BAD_REQUEST": 400,
     "EVENT_CLOSED": 403,
     "NOT_ACTIVE": 403,
+    "INVALID_TOKEN": 403,
     "FORBIDDEN": 403,
     "CSRF_FAILED": 403,
     "NOT_FOUND": 404,

@@ -1,6 +1,7 @@
 """Per-client request limits, counted in Redis so every app server shares them."""
 
 import ipaddress
+import uuid
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import ClassVar
@@ -43,22 +44,44 @@ def client_ip(meta: Mapping) -> str:
     return hops[0] if hops else peer
 
 
+@lru_cache(maxsize=65536)
+def client_net(address: str) -> str:
+    """The unit one person controls: an IPv4 address, or an IPv6 /64 (a home or a
+    phone is handed a whole /64, 2^64 addresses to rotate through). IPv4-mapped
+    IPv6 (::ffff:a.b.c.d) is the IPv4 address it maps."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if ip.version == 6:
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
+
+
 class RedisRateThrottle(BaseThrottle):
-    """A DRF throttle counted by lua/ratelimit.lua: per client address and scope, per
-    second, shared by every app server. The limit is a setting read on each request
-    (0 turns it off). The fast lane runs the same count with `acheck`."""
+    """A DRF throttle counted by lua/ratelimit.lua: per client (an IPv4 address or
+    an IPv6 /64, see `client_net`) and scope, per second, shared by every app
+    server. The limit is a setting read on each request (0 turns it off). The fast
+    lane runs the same count with `acheck`."""
 
     scope: ClassVar[str]
     setting: ClassVar[str]
 
-    def _call(self, meta: Mapping) -> tuple[str, list[str], list] | None:
+    def _call(self, meta: Mapping, who: str | None = None) -> tuple[str, list[str], list] | None:
         per_second = getattr(settings, self.setting)
         if per_second <= 0:
             return None
-        return "ratelimit", [r.ratelimit_key(self.scope, client_ip(meta))], [per_second, WINDOW_MS]
+        who = client_net(client_ip(meta)) if who is None else who
+        return "ratelimit", [r.ratelimit_key(self.scope, who)], [per_second, WINDOW_MS]
+
+    def who(self, request: Request) -> str | None:
+        """What is counted: None for the client's address."""
+        return None
 
     def allow_request(self, request: Request, view: APIView) -> bool:
-        call = self._call(request.META)
+        call = self._call(request.META, self.who(request))
         if call is None:
             return True
         allowed, reset_ms = r.run(*call)
@@ -84,3 +107,29 @@ class JoinThrottle(RedisRateThrottle):
 
 class LeaveThrottle(RedisRateThrottle):
     scope, setting = "leave", "RATE_LIMIT_LEAVE"
+
+
+class BookingThrottle(RedisRateThrottle):
+    """Bookings per client address: a script holding many tokens books from one place."""
+
+    scope, setting = "booking", "RATE_LIMIT_BOOKING"
+
+
+class BookingTokenThrottle(RedisRateThrottle):
+    """Bookings per token: one person hammering the button, or a script retrying one
+    token in a loop. A body without a token string is left to validation."""
+
+    scope, setting = "booking-token", "RATE_LIMIT_BOOKING_TOKEN"
+
+    def who(self, request: Request) -> str | None:
+        data = request.data
+        token = data.get("token") if isinstance(data, dict) else None
+        if not isinstance(token, str) or len(token) > 45:
+            return ""
+        try:
+            return str(uuid.UUID(token))  # one spelling per token: case or braces change nothing
+        except ValueError:
+            return ""
+
+    def allow_request(self, request: Request, view: APIView) -> bool:
+        return self.who(request) == "" or super().allow_request(request, view)

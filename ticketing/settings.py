@@ -5,6 +5,7 @@ parse stops start-up with a message naming the variable: a typo in ENTRY_BATCH_S
 must not silently become the default during a sale.
 """
 
+import datetime
 import ipaddress
 import secrets
 from pathlib import Path
@@ -81,6 +82,31 @@ def _secret_key() -> str:
 # NODE_ENV is the seed's name for the same switch.
 DEBUG = _bool("DEBUG", env.str("NODE_ENV", default="production") == "development")
 SECRET_KEY = _secret_key()
+
+
+def _until(name: str) -> float | None:
+    text = env.str(name, default="")
+    if not text:
+        return None
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}: {text!r} is not an ISO 8601 date and time") from None
+    if moment.tzinfo is None:
+        raise ImproperlyConfigured(f"{name}: {text!r} needs a time zone (Z or +09:00)")
+    return moment.timestamp()
+
+
+# The key queue tokens are signed with (queue_app/tokens.py); empty: one derived
+# from SECRET_KEY. Every app server and worker must share it. To rotate, move the
+# old key to QUEUE_TOKEN_KEY_PREVIOUS with the end of its grace period.
+QUEUE_TOKEN_KEY = env.str("QUEUE_TOKEN_KEY", default="")
+QUEUE_TOKEN_KEY_PREVIOUS = env.str("QUEUE_TOKEN_KEY_PREVIOUS", default="")
+QUEUE_TOKEN_KEY_PREVIOUS_UNTIL = _until("QUEUE_TOKEN_KEY_PREVIOUS_UNTIL")
+if QUEUE_TOKEN_KEY_PREVIOUS and QUEUE_TOKEN_KEY_PREVIOUS_UNTIL is None:
+    raise ImproperlyConfigured(
+        "QUEUE_TOKEN_KEY_PREVIOUS needs QUEUE_TOKEN_KEY_PREVIOUS_UNTIL: when its grace period ends"
+    )
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 PORT = _int("PORT", 8000, minimum=1)
@@ -128,9 +154,13 @@ MAX_SEATS_PER_BOOKING = _int("MAX_SEATS_PER_BOOKING", 4, minimum=1)
 EVENT_ID = env.str("EVENT_ID", default="ktx-2026-chuseok")
 TOTAL_SEATS = _int("TOTAL_SEATS", 100)
 
-# Requests per client IP per second (the seed: join/rejoin 10, leave 5).
+# Requests per client per second (the seed: join/rejoin 10, leave 5); a client is
+# an IPv4 address or an IPv6 /64 (ticketing/ratelimit.py: client_net).
 RATE_LIMIT_JOIN = _int("RATE_LIMIT_JOIN", 10)
 RATE_LIMIT_LEAVE = _int("RATE_LIMIT_LEAVE", 5)
+# Bookings per client address, and per token, per second (0: off).
+RATE_LIMIT_BOOKING = _int("RATE_LIMIT_BOOKING", 10)
+RATE_LIMIT_BOOKING_TOKEN = _int("RATE_LIMIT_BOOKING_TOKEN", 2)
 # X-Forwarded-For is believed only when the peer is one of these.
 TRUSTED_PROXIES = _networks("TRUSTED_PROXIES")
 

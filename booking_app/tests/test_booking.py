@@ -4,6 +4,7 @@ import pytest
 
 from booking_app.models import Reservation
 from booking_app.tests.conftest import book, seats_left
+from conftest import unknown_token
 from queue_app import services as queue
 from ticketing import redis as r
 
@@ -57,7 +58,7 @@ def test_only_an_active_token_may_book(api, make_event, active_tokens, snapshot)
     event = make_event(total_seats=10)
     active_tokens(event, 1)
     waiting = api.token(event.event_id)
-    for token in (waiting, str(uuid.uuid4())):
+    for token in (waiting, unknown_token(event.event_id)):
         before = snapshot(event.event_id)
         status, body = book(api, token, event.event_id)
         assert (status, body["error"]["code"]) == (403, "NOT_ACTIVE")
@@ -145,7 +146,7 @@ def test_garbage_booking_bodies_are_400(api, make_event, active_tokens, snapshot
 
 
 def test_booking_an_unknown_event_is_404(api, db):
-    status, body = book(api, str(uuid.uuid4()), "no-such-event")
+    status, body = book(api, unknown_token("no-such-event"), "no-such-event")
     assert (status, body["error"]["code"]) == (404, "EVENT_NOT_FOUND")
 
 
@@ -153,9 +154,47 @@ def test_the_refusal_order_follows_the_design(api, make_event, active_tokens):
     event = make_event(total_seats=1)
     token = active_tokens(event, 1)[0]
     # Not active beats a bad seat count; booked beats not active; closed beats booked.
-    assert book(api, str(uuid.uuid4()), event.event_id, 99)[1]["error"]["code"] == "NOT_ACTIVE"
+    assert book(api, unknown_token(event.event_id), event.event_id, 99)[1]["error"]["code"] == "NOT_ACTIVE"
     book(api, token, event.event_id, 1)
     assert book(api, token, event.event_id, 99)[1]["error"]["code"] == "ALREADY_BOOKED"
     event.status = "CLOSED"
     queue.event_publish(event)
     assert book(api, token, event.event_id, 1)[1]["error"]["code"] == "EVENT_CLOSED"
+
+
+# --- Rate limits -------------------------------------------------------------------
+
+
+def _book_from(api, token: str, event_id: str, address: str) -> tuple[int, dict]:
+    body = {"token": token, "seatCount": 1, "eventId": event_id}
+    return api.call("post", "/api/booking", body, REMOTE_ADDR=address)
+
+
+def test_bookings_are_limited_per_address_whatever_the_tokens(api, event, settings, snapshot):
+    settings.RATE_LIMIT_BOOKING = 3
+    address = f"10.77.{uuid.uuid4().int % 250}.{uuid.uuid4().int % 250}"
+    tokens = [api.token(event.event_id) for _ in range(4)]  # waiting: each answers NOT_ACTIVE
+    answers = [_book_from(api, t, event.event_id, address)[1] for t in tokens[:3]]
+    assert [a["error"]["code"] for a in answers] == ["NOT_ACTIVE"] * 3
+    before = snapshot(event.event_id)
+    status, body = _book_from(api, tokens[3], event.event_id, address)
+    assert (status, body["error"]["code"]) == (429, "RATE_LIMIT")
+    assert api.last["Retry-After"] == "1"
+    assert snapshot(event.event_id) == before
+    assert _book_from(api, tokens[3], event.event_id, "10.78.0.1")[1]["error"]["code"] == "NOT_ACTIVE"
+
+
+def test_bookings_are_limited_per_token_whatever_the_address(api, event, settings):
+    settings.RATE_LIMIT_BOOKING_TOKEN = 2
+    token = api.token(event.event_id)
+    codes = [
+        _book_from(api, spelling, event.event_id, f"10.79.0.{i}")[1]["error"]["code"]
+        for i, spelling in enumerate((token, token.upper(), token))
+    ]
+    assert codes == ["NOT_ACTIVE", "NOT_ACTIVE", "RATE_LIMIT"]
+
+
+def test_the_booking_limits_are_on_by_default():
+    from ticketing import settings as defaults  # as configured, before the tests' own
+
+    assert (defaults.RATE_LIMIT_BOOKING, defaults.RATE_LIMIT_BOOKING_TOKEN) == (10, 2)

@@ -41,9 +41,9 @@ def test_people_who_left_are_skipped_and_the_order_holds(api, make_event):
     tokens = [api.token(event.event_id) for _ in range(8)]
     for gone in (tokens[0], tokens[2], tokens[3]):
         api.leave(gone, event.event_id)
-    api.rejoin(tokens[2], event.event_id)  # back of the line, behind tokens[7]
-    expected_order = [tokens[1], tokens[4], tokens[5], tokens[6], tokens[7], tokens[2]]
-    assert api.poll(tokens[2], event.event_id)[1]["data"]["rank"] == 6
+    back = api.rejoin(tokens[2], event.event_id)[1]["data"]["token"]  # behind tokens[7]
+    expected_order = [tokens[1], tokens[4], tokens[5], tokens[6], tokens[7], back]
+    assert api.poll(back, event.event_id)[1]["data"]["rank"] == 6
     tick = admit(event.event_id)
     assert (tick.admitted, tick.waiting) == (3, 3)
     assert statuses(api, expected_order, event.event_id) == ["ACTIVE"] * 3 + ["WAITING"] * 3
@@ -80,7 +80,8 @@ def test_the_window_passes_and_the_token_polls_expired(api, make_event):
     assert api.poll(token, event.event_id)[1]["data"]["status"] == "EXPIRED"  # ...not forgotten
     rejoined = api.rejoin(token, event.event_id)[1]["data"]
     assert (rejoined["rejoined"], rejoined["status"]) == (False, "WAITING")
-    assert api.poll(token, event.event_id)[1]["data"]["rank"] == 1
+    assert api.poll(rejoined["token"], event.event_id)[1]["data"]["rank"] == 1
+    assert api.poll(token, event.event_id)[1]["data"]["status"] == "EXPIRED"  # still what it was
 
 
 @pytest.mark.parametrize("status", ["PAUSED", "CLOSED"])
@@ -210,3 +211,24 @@ def test_two_million_waiting_still_admit_exactly_the_batch(make_event, rc):
         tick = admit(event.event_id)
         assert (tick.admitted, tick.waiting) == (70, expected_waiting)
     assert rc.zcard(k.active) == 140
+
+
+def test_fifty_thousand_leavers_ahead_do_not_stall_the_next_tick(make_event):
+    """The tick skips at most 10,000 holes itself (lua/admit.lua: HOLE_BUDGET); the
+    runs of holes at the head are compacted away before it (lua/compact.lua)."""
+    event = make_event(admit_per_second=70)
+    services.queue_join_many(event_id=event.event_id, count=50_100)
+    k = r.event_keys(event.event_id)
+    leavers = r.client().lrange(k.line, 0, 49_999)
+    r.load("leave")
+    pipe = r.client().pipeline(transaction=False)
+    for raw in leavers:
+        r.run("leave", [k.meta, k.bucket(raw), k.left, k.popped], [raw], on=pipe)
+    assert sum(pipe.execute()) == 50_000
+    first_behind = services.Token.of(r.client().lindex(k.line, 50_000))
+    assert services.queue_poll(event_id=event.event_id, token=first_behind).rank == 1
+
+    tick = admit(event.event_id)
+    assert (tick.outcome, tick.admitted, tick.waiting) == ("ADMITTED", 70, 30)
+    assert services.queue_poll(event_id=event.event_id, token=first_behind).status == "ACTIVE"
+    assert r.client().zcard(k.left) == 0 and int(r.client().get(k.popped)) == 50_070

@@ -6,6 +6,8 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
+from conftest import unknown_token
+
 
 def assert_envelope(body: dict, code: str) -> None:
     assert body["success"] is False
@@ -103,6 +105,7 @@ def test_a_bug_is_a_500_in_the_envelope(api):
 def test_redis_down_is_503_not_500(api, event):
     nowhere = {"default": {**settings.CACHES["default"], "LOCATION": "redis://127.0.0.1:1/0"}}
     with override_settings(CACHES=nowhere):
-        resp = api.client.get(f"/api/status/poll?token={uuid.uuid4()}&eventId={event.event_id}")
+        stranger = unknown_token(event.event_id)
+        resp = api.client.get(f"/api/status/poll?token={stranger}&eventId={event.event_id}")
     assert resp.status_code == 503
     assert_envelope(resp.json(), "REDIS_UNAVAILABLE")

@@ -1,4 +1,4 @@
-import uuid
+from conftest import unknown_token
 
 
 def test_leave_removes_a_waiting_token_and_moves_the_line_up(api, event):
@@ -22,7 +22,7 @@ def test_leave_twice_removes_nothing_the_second_time(api, event):
 def test_leave_an_unknown_token_removes_nothing(api, event, snapshot):
     api.token(event.event_id)
     before = snapshot(event.event_id)
-    status, body = api.leave(str(uuid.uuid4()), event.event_id)
+    status, body = api.leave(unknown_token(event.event_id), event.event_id)
     assert (status, body["data"]["removed"]) == (200, False)
     assert snapshot(event.event_id) == before
 
@@ -34,6 +34,6 @@ def test_leave_needs_a_token(api, event):
 
 
 def test_leave_unknown_event_is_404(api, db):
-    status, body = api.leave(str(uuid.uuid4()), "no-such-event")
+    status, body = api.leave(unknown_token("no-such-event"), "no-such-event")
     assert status == 404
     assert body["error"]["code"] == "EVENT_NOT_FOUND"

@@ -5,6 +5,7 @@ import uuid
 import pytest
 import redis as redis_lib
 
+from conftest import unknown_token
 from queue_app import services
 from ticketing import redis as r
 
@@ -37,7 +38,7 @@ def test_poll_while_waiting(api, make_event):
 
 def test_poll_unknown_token_is_not_found(api, event):
     api.token(event.event_id)
-    data = api.poll(str(uuid.uuid4()), event.event_id)[1]["data"]
+    data = api.poll(unknown_token(event.event_id), event.event_id)[1]["data"]
     assert data["status"] == "NOT_FOUND"
     assert (data["rank"], data["ahead"], data["behind"], data["activeExpiresAt"]) == (None,) * 4
     assert data["nextPollMs"] == 0
@@ -65,7 +66,7 @@ def test_poll_closed_event_answers_expired(api, event):
 
 
 def test_poll_unknown_event_is_404(api, db):
-    status, body = api.poll(str(uuid.uuid4()), "no-such-event")
+    status, body = api.poll(unknown_token("no-such-event"), "no-such-event")
     assert status == 404
     assert body["error"]["code"] == "EVENT_NOT_FOUND"
 

@@ -3,6 +3,8 @@ import uuid
 
 import pytest
 
+from conftest import unknown_token
+
 
 @pytest.fixture
 def limits(settings):
@@ -39,9 +41,10 @@ def test_rejoin_shares_the_join_limit(api, event, limits):
 
 def test_leave_allows_five_per_second(api, event, limits):
     ip = _ip()
+    stranger = unknown_token(event.event_id)
     for _ in range(5):
-        assert api.leave(str(uuid.uuid4()), event.event_id, REMOTE_ADDR=ip)[0] == 200
-    assert api.leave(str(uuid.uuid4()), event.event_id, REMOTE_ADDR=ip)[0] == 429
+        assert api.leave(stranger, event.event_id, REMOTE_ADDR=ip)[0] == 200
+    assert api.leave(stranger, event.event_id, REMOTE_ADDR=ip)[0] == 429
 
 
 def test_the_limit_is_configurable(api, event, limits):
@@ -77,3 +80,27 @@ def test_a_counter_that_lost_its_expiry_does_not_lock_a_client_out(api, event, l
     assert api.join(event.event_id, REMOTE_ADDR=ip)[0] == 429
     assert 0 < rc.pttl(counter) <= 1000  # armed: the window now ends
     rc.delete(counter)
+
+
+def _net64() -> str:
+    n = uuid.uuid4().int
+    return f"2001:db8:{n % 65536:x}:{n // 65536 % 65536:x}"
+
+
+def test_ipv6_is_counted_per_64_however_the_script_rotates_inside_it(api, event, limits):
+    net = _net64()
+    for i in range(10):
+        assert api.join(event.event_id, REMOTE_ADDR=f"{net}:{i:x}::{i + 1:x}")[0] == 200
+    assert api.join(event.event_id, REMOTE_ADDR=f"{net}:ffff:ffff:ffff:fffe")[0] == 429
+    # The neighbouring /64 is someone else.
+    other = _net64()
+    assert api.join(event.event_id, REMOTE_ADDR=f"{other}::1")[0] == 200
+
+
+def test_ipv4_mapped_ipv6_is_counted_as_the_ipv4_address(api, event, limits):
+    ip = _ip()
+    for _ in range(5):
+        assert api.join(event.event_id, REMOTE_ADDR=ip)[0] == 200
+    for _ in range(5):
+        assert api.join(event.event_id, REMOTE_ADDR=f"::ffff:{ip}")[0] == 200
+    assert api.join(event.event_id, REMOTE_ADDR=ip)[0] == 429

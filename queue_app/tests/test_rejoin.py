@@ -1,5 +1,4 @@
-import uuid
-
+from conftest import unknown_token
 from ticketing import redis as r
 
 
@@ -23,13 +22,15 @@ def test_rejoin_keeps_the_place(api, event):
 
 def test_rejoin_with_an_unknown_token_goes_to_the_back(api, event):
     api.token(event.event_id)
-    stranger = str(uuid.uuid4())
+    stranger = unknown_token(event.event_id)
     status, body = api.rejoin(stranger, event.event_id)
     assert status == 200
     assert body["data"]["rejoined"] is False
     assert body["data"]["status"] == "WAITING"
     assert isinstance(body["data"]["joinedAt"], int)
-    assert api.poll(stranger, event.event_id)[1]["data"]["rank"] == 2
+    assert body["data"]["token"] != stranger  # a new place is a new token
+    assert api.poll(body["data"]["token"], event.event_id)[1]["data"]["rank"] == 2
+    assert api.poll(stranger, event.event_id)[1]["data"]["status"] == "NOT_FOUND"
 
 
 def test_rejoin_after_leaving_goes_to_the_back(api, event):
@@ -39,7 +40,8 @@ def test_rejoin_after_leaving_goes_to_the_back(api, event):
     status, body = api.rejoin(mine, event.event_id)
     assert body["data"]["rejoined"] is False
     assert api.poll(other, event.event_id)[1]["data"]["rank"] == 1
-    assert api.poll(mine, event.event_id)[1]["data"]["rank"] == 2
+    assert api.poll(body["data"]["token"], event.event_id)[1]["data"]["rank"] == 2
+    assert api.poll(mine, event.event_id)[1]["data"]["status"] == "NOT_FOUND"
 
 
 def test_rejoin_normalises_the_token_spelling(api, event):

@@ -40,6 +40,18 @@
       "; path=/; max-age=86400; samesite=lax";
   }
 
+  // A token this service did not issue (made up, or from before a key rotation's
+  // grace period ended): forget it and take a new place.
+  function forgetToken() {
+    try { localStorage.removeItem(storeKey); } catch (e) { /* ignore */ }
+    document.cookie = cfg.cookie + "=; path=/; max-age=0; samesite=lax";
+  }
+
+  function isForeign(answer) {
+    const error = answer.payload && answer.payload.error;
+    return Boolean(error) && error.code === "INVALID_TOKEN";
+  }
+
   async function call(method, url, body) {
     const options = { method: method, headers: { "Accept": "application/json" } };
     if (body) {
@@ -101,6 +113,7 @@
     }
     if (answer.status !== 200) {
       if (answer.status >= 500) return retry();
+      if (token && isForeign(answer)) { forgetToken(); return enter(rejoin); }
       return refusal(answer);
     }
     const data = answer.payload.data;
@@ -151,6 +164,7 @@
     }
     if (answer.status !== 200) {
       if (answer.status >= 500 || !answer.payload) return retry();
+      if (isForeign(answer)) { forgetToken(); return enter(false); }
       return refusal(answer);
     }
     failures = 0;

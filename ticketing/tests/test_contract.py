@@ -45,7 +45,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from booking_app.tests.conftest import admit_all
-from conftest import LaneClient
+from conftest import LaneClient, unknown_token
 from queue_app import services as queue
 from queue_app.tests import test_errors
 
@@ -334,9 +334,10 @@ def _rejoin_active(event) -> Callable[[], Call]:
 
 
 def _rejoin_unknown(event) -> Callable[[], Call]:
-    # A token the line never saw goes to the back: each lane a token of its own.
+    # A token issued but unknown to the line goes to the back, with a new token: each
+    # lane a stranger of its own.
     return lambda: json_call(
-        "POST", "/api/queue/rejoin", {"token": str(uuid.uuid4()), "eventId": event.event_id}
+        "POST", "/api/queue/rejoin", {"token": unknown_token(event.event_id), "eventId": event.event_id}
     )
 
 
@@ -359,7 +360,7 @@ def test_rejoin_answers_the_same_on_both_lanes(lanes, event, situation, varying,
 def test_leave_answers_the_same_on_both_lanes(lanes, event, snapshot, state) -> None:
     def make_call() -> Call:
         # Each lane's own person in the same state (leaving changes the line).
-        token = str(uuid.uuid4()) if state == "unknown" else _joined(event.event_id)
+        token = unknown_token(event.event_id) if state == "unknown" else _joined(event.event_id)
         if state == "active":
             admit_all(event.event_id)
         return Call("DELETE", f"/api/queue/leave?token={token}&eventId={event.event_id}")
@@ -400,7 +401,7 @@ def _poll_closed(event, client: Client) -> str:
 
 def _poll_unknown(event, client: Client) -> str:
     _joined(event.event_id)
-    return str(uuid.uuid4())
+    return unknown_token(event.event_id)
 
 
 @pytest.mark.parametrize(
@@ -465,6 +466,8 @@ def _booking(token: str | None, event_id: str, seats: object = 1) -> Call:
         ("waiting-token", 403, "NOT_ACTIVE"),
         ("booked-token", 409, "ALREADY_BOOKED"),
         ("unknown-event", 404, "EVENT_NOT_FOUND"),
+        ("forged-token", 403, "INVALID_TOKEN"),
+        ("other-events-token", 403, "INVALID_TOKEN"),
         ("closed-event", 403, "EVENT_CLOSED"),
         ("too-many-seats", 400, "VALIDATION_ERROR"),
         ("seat-count-as-text", 400, "VALIDATION_ERROR"),
@@ -491,10 +494,13 @@ def test_booking_refusals_answer_the_same_on_both_lanes(
     elif refusal == "cancel-twice":
         rid = _book(lanes[0], spare, eid)
         assert send(lanes[0], Call("DELETE", f"/api/booking/{rid}?token={spare}")).status_code == 200
+    nowhere = _nowhere()
     calls: dict[str, Callable[[], Call]] = {
         "waiting-token": lambda: _booking(waiting, eid),
         "booked-token": lambda: _booking(active, eid),
-        "unknown-event": lambda: _booking(active, _nowhere()),
+        "unknown-event": lambda: _booking(unknown_token(nowhere), nowhere),
+        "forged-token": lambda: _booking(str(uuid.uuid4()), eid),
+        "other-events-token": lambda: _booking(active, nowhere),
         "closed-event": lambda: _booking(active, eid),
         "too-many-seats": lambda: _booking(active, eid, 99),
         "seat-count-as-text": lambda: _booking(active, eid, "2"),
@@ -525,6 +531,11 @@ def test_booking_refusals_answer_the_same_on_both_lanes(
         ("rejoin", "unknown-event", 404, "EVENT_NOT_FOUND"),
         ("leave", "unknown-event", 404, "EVENT_NOT_FOUND"),
         ("poll", "unknown-event", 404, "EVENT_NOT_FOUND"),
+        ("rejoin", "forged-token", 403, "INVALID_TOKEN"),
+        ("leave", "forged-token", 403, "INVALID_TOKEN"),
+        ("poll", "forged-token", 403, "INVALID_TOKEN"),
+        ("rejoin", "altered-token", 403, "INVALID_TOKEN"),
+        ("poll", "other-events-token", 403, "INVALID_TOKEN"),
         ("join", "closed-event", 403, "EVENT_CLOSED"),
         ("rejoin", "closed-event", 403, "EVENT_CLOSED"),
         ("rejoin", "booked-token", 409, "ALREADY_BOOKED"),
@@ -537,6 +548,13 @@ def test_refusals_of_substance_answer_the_same_on_both_lanes(
     event_id = event.event_id
     rid = None
     if setup == "unknown-event":
+        event_id = _nowhere()
+        token = unknown_token(event_id)  # issued for it: only the event is unknown
+    elif setup == "forged-token":
+        token = str(uuid.uuid4())
+    elif setup == "altered-token":
+        token = token[:-1] + ("0" if token[-1] != "0" else "1")
+    elif setup == "other-events-token":
         event_id = _nowhere()
     elif setup == "closed-event":
         _close(event)
@@ -577,7 +595,7 @@ def test_rate_limit_answers_the_same_on_both_lanes(lanes, event, settings, opera
             ),
             "leave": Call(
                 "DELETE",
-                f"/api/queue/leave?token={uuid.uuid4()}&eventId={event.event_id}",
+                f"/api/queue/leave?token={unknown_token(event.event_id)}&eventId={event.event_id}",
                 extra={"REMOTE_ADDR": address},
             ),
         }[operation]

@@ -70,6 +70,7 @@ SCENARIO_SCRIPTS = {
     "ratelimit",
     "event_sync",
     "admit",
+    "compact",
     "reserve",
     "release",
     "outbox_done",
@@ -88,10 +89,10 @@ def test_every_script_runs_on_each_redis_version(request, make_event, api, serve
         event = make_event(total_seats=10)  # event_sync
         a, b, c = (api.token(event.event_id) for _ in range(3))  # join, ratelimit
         assert api.rejoin(a, event.event_id)[1]["data"]["rejoined"] is True
-        assert api.leave(b, event.event_id)[1]["data"]["removed"] is True  # leave
+        assert api.leave(a, event.event_id)[1]["data"]["removed"] is True  # leave: a hole at the head
         polled = api.poll(c, event.event_id)[1]["data"]  # poll
         assert (polled["rank"], polled["totalWaiting"], polled["remainingSeats"]) == (2, 2, 10)
-        tick = services.event_admit(event.event_id)  # admit
+        tick = services.event_admit(event.event_id)  # compact (passes a), admit
         assert (tick.outcome, tick.admitted, tick.waiting) == ("ADMITTED", 2, 0)
         assert api.poll(c, event.event_id)[1]["data"]["status"] == "ACTIVE"
         token = services.parse_token(c)

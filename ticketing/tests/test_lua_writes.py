@@ -32,7 +32,7 @@ from booking_app import reconcile
 from booking_app import services as booking
 from booking_app.models import Reservation
 from conftest import event_state
-from queue_app import services
+from queue_app import services, tokens
 from queue_app.models import Event
 from ticketing import ratelimit
 from ticketing import redis as r
@@ -72,10 +72,17 @@ def crowd(make_event: Callable[..., Event]) -> World:
 
 
 def crowd_new_person(make_event: Callable[..., Event]) -> World:
-    """The crowd, and the token the next join will hand out (known in advance so
-    that its own keys, bucket and booking mark, can be corrupted too)."""
+    """The crowd, and the nonce of the token the next join will hand out (known in
+    advance so that its own bucket can be corrupted too)."""
     world = crowd(make_event)
-    world.token = services.Token.new()
+    world.extra["nonce"] = tokens.new_nonce()
+    return world
+
+
+def crowd_head_left(make_event: Callable[..., Event]) -> World:
+    """The crowd, whose head (t2) left too: a run of two holes at the head."""
+    world = crowd(make_event)
+    assert services.queue_leave(event_id=world.event.event_id, token=world.tokens[2]).removed
     return world
 
 
@@ -84,6 +91,7 @@ def crowd_window_passed(make_event: Callable[..., Event]) -> World:
     swept by a tick): their rejoin goes to the back of the line."""
     world = crowd(make_event)
     world.token = world.tokens[0]
+    world.extra["nonce"] = tokens.new_nonce()  # of the new token it will be handed
     r.client().zadd(world.keys.active, {world.token.raw: r.now_ms() - 1000}, xx=True)
     return world
 
@@ -98,12 +106,13 @@ def crowd_rate_limited(make_event: Callable[..., Event]) -> World:
 
 
 def join(world: World) -> Any:
-    with mock.patch.object(services.Token, "new", return_value=world.token):
+    with mock.patch.object(tokens, "new_nonce", return_value=world.extra["nonce"]):
         return services.queue_join(event_id=world.event.event_id)
 
 
 def rejoin(world: World) -> Any:
-    return services.queue_rejoin(event_id=world.event.event_id, token=world.token)
+    with mock.patch.object(tokens, "new_nonce", return_value=world.extra["nonce"]):
+        return services.queue_rejoin(event_id=world.event.event_id, token=world.token)
 
 
 def leave(world: World) -> Any:
@@ -115,7 +124,13 @@ def poll(world: World) -> Any:
 
 
 def admit(world: World) -> Any:
-    return services.event_admit(world.event.event_id)
+    """The admit script alone (event_admit compacts first: `compact` below)."""
+    outcome, *numbers = r.run("admit", *services._admit_args(world.event.event_id))
+    return services.Tick(world.event.event_id, outcome.decode(), *numbers)
+
+
+def compact(world: World) -> Any:
+    return services.event_compact(world.event.event_id)
 
 
 def publish(world: World) -> Any:
@@ -201,11 +216,12 @@ class Case:
 
 
 CASES = [
-    Case("join", crowd_new_person, join, keys=(1, 2, 3, 4, 5, 6, 7), counters=(2, 7)),
-    Case("join", crowd_window_passed, rejoin, keys=(1, 2, 3, 4, 5, 6, 7), counters=(2, 7)),
+    Case("join", crowd_new_person, join, keys=(1, 2, 3, 4, 5, 6, 7, 8), counters=(2, 7)),
+    Case("join", crowd_window_passed, rejoin, keys=(1, 2, 3, 4, 5, 6, 7, 8), counters=(2, 7)),
     Case("leave", crowd, leave, keys=(1, 2, 3, 4), counters=(4,)),
     Case("poll", crowd, poll, keys=(1, 2, 3, 4, 5, 6, 7, 8), counters=(2, 3, 8)),
     Case("admit", crowd, admit, keys=(1, 2, 3, 4, 5, 6, 7, 8, 9), counters=(2, 3, 7, 8)),
+    Case("compact", crowd_head_left, compact, keys=(1, 2, 3), counters=(1,)),
     Case("event_sync", crowd, publish, keys=(1, 2), counters=(2,)),
     Case("ratelimit", crowd_rate_limited, limit, keys=(1,), counters=(1,)),
     Case("reserve", booking_stranded, reserve, keys=(1, 2, 3, 4, 5), counters=(4,)),

@@ -1,0 +1,118 @@
+"""Queue tokens this service can recognise as its own, carrying their arrival number.
+
+A token is a UUID (version 8, RFC 9562), so clients that check for a UUID keep
+working. Its 122 free bits hold:
+
+    bytes 0-3    nonce: random, chosen by the app; bytes 0-1 also pick the token's
+                 index bucket (ticketing/redis.py: EventKeys.bucket)
+    bytes 9-13   the arrival number, big-endian (40 bits)
+    the rest     50 bits of HMAC-SHA1(key, eventId 0x00 nonce number): bytes 4, 5, 7,
+                 14, 15 whole, the low 4 bits of byte 6 (its high nibble is the
+                 version, 8) and the low 6 bits of byte 8 (its top two bits are the
+                 variant, 0b10)
+
+The number is issued inside the join script (one INCR for every app server), so the
+script signs the token (lua/join.lua): Redis' Lua has SHA-1, and the app hands it
+the key's HMAC pads. Every other use verifies here, without Redis: a token that was
+not signed with the current key, or with the previous one during its grace period,
+is refused before it reaches Redis. The random nonce keeps tokens of one number
+apart after an event is reset. Forging one means guessing 50 bits, at the join rate
+limit.
+
+Keys: QUEUE_TOKEN_KEY (default: derived from SECRET_KEY) signs and verifies;
+QUEUE_TOKEN_KEY_PREVIOUS still verifies until QUEUE_TOKEN_KEY_PREVIOUS_UNTIL, so a
+rotation does not throw everyone in line out.
+"""
+
+import hashlib
+import hmac
+import os
+import time
+from dataclasses import dataclass
+from functools import cache
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+from django.utils.crypto import salted_hmac
+
+NONCE_BYTES = 4
+_NUMBER = slice(9, 14)
+MAX_NUMBER = 2**40 - 1
+
+
+@dataclass(frozen=True)
+class Key:
+    secret: bytes
+    until: float | None = None  # unix time after which it no longer verifies
+
+    @property
+    def pads(self) -> tuple[bytes, bytes]:
+        """HMAC's inner and outer padded keys, for the join script."""
+        block = self.secret.ljust(64, b"\0")
+        return bytes(b ^ 0x36 for b in block), bytes(b ^ 0x5C for b in block)
+
+
+@cache
+def keys() -> tuple[Key, ...]:
+    """The signing key first, then a previous one still in its grace period."""
+    current = (
+        settings.QUEUE_TOKEN_KEY.encode()
+        or salted_hmac(
+            "queue_app.tokens", "queue token key", secret=settings.SECRET_KEY, algorithm="sha256"
+        ).digest()
+    )
+    found = [Key(_fit(current))]
+    if settings.QUEUE_TOKEN_KEY_PREVIOUS:
+        previous = _fit(settings.QUEUE_TOKEN_KEY_PREVIOUS.encode())
+        found.append(Key(previous, until=settings.QUEUE_TOKEN_KEY_PREVIOUS_UNTIL))
+    return tuple(found)
+
+
+def _fit(secret: bytes) -> bytes:
+    """A key of at most one SHA-1 block, so that the script's pads are the key's."""
+    return hashlib.sha256(secret).digest() if len(secret) > 64 else secret
+
+
+@receiver(setting_changed)
+def _forget_keys(*, setting: str, **kwargs: object) -> None:
+    if setting.startswith("QUEUE_TOKEN_KEY") or setting == "SECRET_KEY":
+        keys.cache_clear()
+
+
+def new_nonce() -> bytes:
+    return os.urandom(NONCE_BYTES)
+
+
+def _mac(secret: bytes, event_id: str, nonce: bytes, number: bytes) -> bytes:
+    return hmac.new(secret, event_id.encode() + b"\0" + nonce + number, hashlib.sha1).digest()
+
+
+def _assemble(nonce: bytes, number: bytes, mac: bytes) -> bytes:
+    return (
+        nonce + mac[0:2] + bytes([0x80 | (mac[2] & 0x0F), mac[3], 0x80 | (mac[4] & 0x3F)]) + number + mac[5:7]
+    )
+
+
+def mint(event_id: str, number: int, nonce: bytes | None = None) -> bytes:
+    """The token the join script would issue for this number (tests, drills)."""
+    nonce = new_nonce() if nonce is None else nonce
+    encoded = number.to_bytes(5, "big")
+    return _assemble(nonce, encoded, _mac(keys()[0].secret, event_id, nonce, encoded))
+
+
+def verify(event_id: str, raw: bytes) -> int | None:
+    """The arrival number a token carries, or None when this service did not issue
+    it for this event (or its key's grace period is over)."""
+    if len(raw) != 16 or raw[6] >> 4 != 8 or raw[8] >> 6 != 2:
+        return None
+    nonce, number = raw[:NONCE_BYTES], raw[_NUMBER]
+    now = None
+    for key in keys():
+        if key.until is not None:
+            now = time.time() if now is None else now
+            if now > key.until:
+                continue
+        if hmac.compare_digest(_assemble(nonce, number, _mac(key.secret, event_id, nonce, number)), raw):
+            return int.from_bytes(number, "big")
+    return None
