@@ -63,20 +63,22 @@ redis.call('LLEN', KEYS[3])
 redis.call('HLEN', KEYS[4])
 
 local seq = redis.call('INCR', KEYS[2])
-local digits, n = {}, seq
-for i = 5, 1, -1 do
-  digits[i] = string.char(n % 256)
-  n = math.floor(n / 256)
+local number = string.char(math.floor(seq / 4294967296) % 256, math.floor(seq / 16777216) % 256,
+  math.floor(seq / 65536) % 256, math.floor(seq / 256) % 256, seq % 256)
+-- HMAC-SHA1 = SHA1(opad .. SHA1(ipad .. message)); sha1hex answers hex, turned into
+-- bytes 4 at a time (8 hex digits): half the cost of a byte at a time.
+local inner, h, k = {}, redis.sha1hex(ARGV[4] .. ARGV[3] .. '\0' .. ARGV[2] .. number), 0
+for j = 1, 33, 8 do
+  local n = tonumber(h:sub(j, j + 7), 16)
+  inner[k + 1], inner[k + 2] = math.floor(n / 16777216), math.floor(n / 65536) % 256
+  inner[k + 3], inner[k + 4] = math.floor(n / 256) % 256, n % 256
+  k = k + 4
 end
-local number = table.concat(digits)
-local function unhex(h)
-  return (h:gsub('..', function(c) return string.char(tonumber(c, 16)) end))
-end
-local inner = unhex(redis.sha1hex(ARGV[4] .. ARGV[3] .. '\0' .. ARGV[2] .. number))
-local mac = unhex(redis.sha1hex(ARGV[5] .. inner))
-local token = ARGV[2] .. mac:sub(1, 2)
-  .. string.char(bit.bor(0x80, bit.band(mac:byte(3), 0x0F)), mac:byte(4), bit.bor(0x80, bit.band(mac:byte(5), 0x3F)))
-  .. number .. mac:sub(6, 7)
+local mac = redis.sha1hex(ARGV[5] .. string.char(unpack(inner)))
+local m = {}
+for j = 1, 7 do m[j] = tonumber(mac:sub(2 * j - 1, 2 * j), 16) end
+local token = ARGV[2] .. string.char(m[1], m[2], 0x80 + m[3] % 16, m[4], 0x80 + m[5] % 64) .. number
+  .. string.char(m[6], m[7])
 redis.call('RPUSH', KEYS[3], token)
 redis.call('HSET', KEYS[4], token, seq)
 return {'JOINED', now, token}
