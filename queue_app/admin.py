@@ -43,6 +43,7 @@ class EventAdmin(admin.ModelAdmin):
         "active",
         "seats_left",
         "admitted_last_minute",
+        "joins_refused",
         "bookings",
         "seats_sold",
         "admit_per_second",
@@ -89,6 +90,11 @@ class EventAdmin(admin.ModelAdmin):
     @admin.display(description="admitted, last minute")
     def admitted_last_minute(self, obj: Event) -> int:
         return self._live(obj)["admittedLastMinute"]
+
+    @admin.display(description="joins refused")
+    def joins_refused(self, obj: Event) -> str:
+        refused = self._live(obj)["joinsRefused"]
+        return ", ".join(f"{reason.replace('_', ' ')} {n:,}" for reason, n in refused.items()) or "–"
 
     @admin.display(description="bookings", ordering="confirmed")
     def bookings(self, obj: Event) -> int:

@@ -97,6 +97,7 @@ class JoinView(Endpoint):
     Input, Output = EventInput, JoinedOutput
     throttle_classes = [JoinThrottle]
     fast_service = staticmethod(services.aqueue_join)
+    counted_refusals = services.JOIN_REFUSALS
 
     @extend_schema(
         operation_id="queue_join",
@@ -121,6 +122,7 @@ class RejoinView(Endpoint):
     Input, Output = TokenInput, RejoinedOutput
     throttle_classes = [JoinThrottle]
     fast_service = staticmethod(services.aqueue_rejoin)
+    counted_refusals = services.JOIN_REFUSALS
 
     @extend_schema(
         operation_id="queue_rejoin",

@@ -44,6 +44,11 @@ def parse_token(value: object) -> Token:
     return Token(str(parsed), parsed.bytes)
 
 
+# Joins and rejoins refused, counted per event by reason for the operator (the
+# admin's event list): error code -> reason.
+JOIN_REFUSALS = {"RATE_LIMIT": "rate", "INVALID_TOKEN": "forged_token"}
+
+
 def issued(event_id: str, token: Token) -> int:
     """The token's arrival number; INVALID_TOKEN when this service did not issue it
     for this event (queue_app/tokens.py). Checked before Redis is asked anything."""
@@ -402,13 +407,15 @@ def event_wipe(event_id: str) -> int:
 
 
 def event_live_numbers(event_id: str) -> dict:
-    """Waiting, active, seats left and admitted in the last minute, for operators."""
+    """Waiting, active, seats left, admitted in the last minute and joins refused by
+    reason, for operators."""
     k = r.EventKeys(event_id)
     now = r.now_ms()
     pipe = r.client().pipeline(transaction=False)
     pipe.get(k.seq).get(k.popped).zcard(k.left)
     pipe.zcount(k.active, now, "+inf").get(k.seats).hget(k.meta, "status").lrange(k.admit_log, 0, 60)
-    seq, popped, left, active, seats, status, ticks = pipe.execute()
+    pipe.hgetall(k.refused)
+    seq, popped, left, active, seats, status, ticks, refused = pipe.execute()
     recent = (tick.split(b":") for tick in ticks)
     return {
         "waiting": int(seq or 0) - int(popped or 0) - left,
@@ -416,4 +423,5 @@ def event_live_numbers(event_id: str) -> dict:
         "seatsLeft": int(seats) if seats is not None else None,
         "status": status.decode() if status else None,
         "admittedLastMinute": sum(int(n) for second, n in recent if int(second) * 1000 > now - 60_000),
+        "joinsRefused": {reason.decode(): int(n) for reason, n in sorted(refused.items())},
     }

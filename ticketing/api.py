@@ -19,7 +19,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ticketing.errors import STATUS, envelope
+from ticketing import redis as r
+from ticketing.errors import STATUS, describe, envelope
 
 
 class Endpoint(APIView):
@@ -30,6 +31,29 @@ class Endpoint(APIView):
     # The async twin of the view's service, for the fast lane; None keeps the view
     # on Django's lane only.
     fast_service: ClassVar[Callable[..., Awaitable[Any]] | None] = None
+    # Error code -> reason: refusals counted per event for the operator (on both
+    # lanes; ticketing.redis.count_refusal).
+    counted_refusals: ClassVar[dict[str, str]] = {}
+
+    def handle_exception(self, exc: Exception) -> Response:
+        if self.counted_refusals:
+            err = describe(exc)
+            reason = self.counted_refusals.get(err.code) if err is not None else None
+            event_id = self._event_id() if reason else None
+            if event_id is not None:
+                r.count_refusal(event_id, reason)
+        return super().handle_exception(exc)
+
+    def _event_id(self) -> str | None:
+        """The request's event, read as Input reads it; None when it cannot be."""
+        field = next((f for f in self.Input().fields.values() if f.source == "event_id"), None)
+        if field is None:
+            return None
+        try:
+            data = self.request.query_params if self.source == "query" else self.request.data
+            return field.run_validation(data.get("eventId", serializers.empty))
+        except Exception:  # a malformed body or id: nothing to count against
+            return None
 
     def validated(self, request: Request) -> dict:
         """Input's validated data, keyed by the services' argument names."""

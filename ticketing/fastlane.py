@@ -54,7 +54,7 @@ _JSON_TYPES = {
 class FastRoute:
     """One view's declarations, read once: what a request costs is a few calls."""
 
-    __slots__ = ("path", "method", "source", "fields", "throttles", "service", "output")
+    __slots__ = ("path", "method", "source", "fields", "throttles", "service", "output", "counted")
 
     def __init__(self, path: str, view: type) -> None:
         methods = [m for m in ("get", "post", "delete") if hasattr(view, m)]
@@ -67,6 +67,7 @@ class FastRoute:
         self.fields = [(name, field.source, field.run_validation) for name, field in inputs]
         self.throttles = [throttle() for throttle in view.throttle_classes]
         self.service = view.fast_service
+        self.counted = view.counted_refusals
         self.output = [
             (name, field.source, field.to_representation) for name, field in view.Output().fields.items()
         ]
@@ -179,6 +180,8 @@ class FastLane:
             if err is None:
                 log.exception("%s %s failed", scope["method"], scope["path"])
                 err = INTERNAL_ERROR
+            elif err.code in route.counted:
+                await r.acount_refusal(kwargs.get("event_id", settings.EVENT_ID), route.counted[err.code])
             status, payload = STATUS[err.code], orjson.dumps(err.body())
             headers = _JSON + [(k.lower().encode(), v.encode()) for k, v in err.headers.items()]
         # With its length known, the answer goes out whole, not as chunks.

@@ -6,6 +6,7 @@ one Redis Cluster slot and a script may touch them together.
 
 import asyncio
 import hashlib
+import logging
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django_redis import get_redis_connection
+
+log = logging.getLogger(__name__)
 
 LUA_DIR = Path(settings.BASE_DIR) / "lua"
 
@@ -179,6 +182,7 @@ class EventKeys:
         "reconciling",
         "tick",
         "admit_log",
+        "refused",
         "bucket_prefix",
     )
 
@@ -206,6 +210,8 @@ class EventKeys:
         self.reconciling = key(event_id, "booking", "reconciling")
         self.tick = key(event_id, "admit", "tick")
         self.admit_log = key(event_id, "admit", "log")
+        # reason -> joins refused for it (lua/refused.lua), for the operator.
+        self.refused = key(event_id, "refused")
         self.bucket_prefix = key(event_id, "tokens", "")
 
     def bucket(self, token: bytes) -> str:
@@ -258,6 +264,28 @@ async def arun(name: str, keys: list[str], args: list[Any]) -> Any:
         # Batched too: after a restart every request in flight is told NOSCRIPT at once.
         await on.execute("SCRIPT", "LOAD", found.source)
         return await on.execute("EVALSHA", found.sha, len(keys), *keys, *args)
+
+
+def _refusal_call(event_id: str, reason: str) -> tuple[str, list[str], list[str]]:
+    k = event_keys(event_id)
+    return "refused", [k.meta, k.refused], [reason]
+
+
+def count_refusal(event_id: str, reason: str) -> None:
+    """Count a refused join of an existing event; a failure to count is only logged
+    (the refusal the client gets matters more than the count)."""
+    try:
+        run(*_refusal_call(event_id, reason))
+    except redis.RedisError as exc:
+        log.warning("could not count a refusal (%s) for %s: %r", reason, event_id, exc)
+
+
+async def acount_refusal(event_id: str, reason: str) -> None:
+    try:
+        async with asyncio.timeout(ASYNC_REQUEST_TIMEOUT):
+            await arun(*_refusal_call(event_id, reason))
+    except (redis.RedisError, TimeoutError) as exc:
+        log.warning("could not count a refusal (%s) for %s: %r", reason, event_id, exc)
 
 
 def run(name: str, keys: list[str], args: list[Any], *, on: Any = None) -> Any:

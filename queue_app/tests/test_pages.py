@@ -110,12 +110,13 @@ def test_the_admin_shows_live_numbers(operator, make_event, api):
     tokens = [api.token(event.event_id) for _ in range(5)]
     admit_all(event.event_id)
     book(api, tokens[0], event.event_id, 3)
+    assert api.rejoin(str(uuid.uuid4()), event.event_id)[1]["error"]["code"] == "INVALID_TOKEN"
     html = operator.get("/admin/queue_app/event/").content.decode()
     row = html[html.index(event.event_id) :]
     row = row[: row.index("</tr>")]
     cells = [c.split(">")[-1] for c in row.split("</td>")[:-1]]
-    # waiting, active, seats left, admitted in the last minute, bookings
-    assert cells[2:7] == ["3", "1", "7", "2", "1"], cells
+    # waiting, active, seats left, admitted in the last minute, joins refused, bookings
+    assert cells[2:8] == ["3", "1", "7", "2", "forged token 1", "1"], cells
 
 
 def test_admin_actions_open_pause_close(operator, make_event, api):

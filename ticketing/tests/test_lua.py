@@ -71,6 +71,7 @@ SCENARIO_SCRIPTS = {
     "event_sync",
     "admit",
     "compact",
+    "refused",
     "reserve",
     "release",
     "outbox_done",
@@ -89,6 +90,8 @@ def test_every_script_runs_on_each_redis_version(request, make_event, api, serve
         event = make_event(total_seats=10)  # event_sync
         a, b, c = (api.token(event.event_id) for _ in range(3))  # join, ratelimit
         assert api.rejoin(a, event.event_id)[1]["data"]["rejoined"] is True
+        assert api.rejoin(str(uuid.uuid4()), event.event_id)[0] == 403  # refused (counted)
+        assert services.event_live_numbers(event.event_id)["joinsRefused"] == {"forged_token": 1}
         assert api.leave(a, event.event_id)[1]["data"]["removed"] is True  # leave: a hole at the head
         polled = api.poll(c, event.event_id)[1]["data"]  # poll
         assert (polled["rank"], polled["totalWaiting"], polled["remainingSeats"]) == (2, 2, 10)
