@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import typing
 import uuid
 from collections.abc import Callable, Iterator
 
@@ -309,10 +310,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_gunicorn(env: dict, *, workers: int = 1) -> tuple[str, subprocess.Popen]:
+def start_gunicorn(
+    env: dict, *, workers: int = 1, stderr: typing.IO | int = subprocess.DEVNULL
+) -> tuple[str, subprocess.Popen]:
     """An app server as production runs it (the Procfile's `web`: gunicorn, uvicorn
     workers, ticketing/asgi.py), in its own process group so a test may kill it
-    whole or one worker at a time."""
+    whole or one worker at a time. `stderr` takes the server's log. A server that
+    never becomes healthy is killed."""
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -339,10 +343,15 @@ def start_gunicorn(env: dict, *, workers: int = 1) -> tuple[str, subprocess.Pope
         },
         start_new_session=True,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stderr=stderr,
     )
     base = f"http://127.0.0.1:{port}"
-    wait_for_health(base, proc)
+    try:
+        wait_for_health(base, proc)
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
     return base, proc
 
 

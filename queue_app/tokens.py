@@ -29,7 +29,7 @@ import hmac
 import os
 import time
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 
 from django.conf import settings
 from django.core.signals import setting_changed
@@ -46,9 +46,10 @@ class Key:
     secret: bytes
     until: float | None = None  # unix time after which it no longer verifies
 
-    @property
+    @cached_property
     def pads(self) -> tuple[bytes, bytes]:
-        """HMAC's inner and outer padded keys, for the join script."""
+        """HMAC's inner and outer padded keys, for the join script (every join:
+        computed once per key)."""
         block = self.secret.ljust(64, b"\0")
         return bytes(b ^ 0x36 for b in block), bytes(b ^ 0x5C for b in block)
 

@@ -22,7 +22,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -31,12 +30,11 @@ from pathlib import Path
 
 import pytest
 import requests
-from django.conf import settings
 from django.http import HttpResponse
 from django.test import Client
 
 import ticketing.asgi  # noqa: F401 (its django.setup() reconfigures logging: at import, not under caplog)
-from conftest import LaneClient, free_port, wait_for_health
+from conftest import LaneClient, start_gunicorn
 from ticketing import redis as r
 from ticketing.tests.test_contract import Call, assert_documented
 
@@ -45,40 +43,8 @@ Server = tuple[str, subprocess.Popen, Path]
 
 def _launch(env: dict[str, str], log: Path, *, workers: int = 1) -> tuple[str, subprocess.Popen]:
     """conftest.start_gunicorn, with the server's stderr (its log) kept in `log`."""
-    port = free_port()
     with log.open("wb") as stderr:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "ticketing.asgi:application",
-                "--config",
-                "python:ticketing.gunicorn_conf",
-                "--graceful-timeout",
-                "1",
-            ],
-            cwd=settings.BASE_DIR,
-            env={
-                **os.environ,
-                "REDIS_URL": settings.REDIS_URL,
-                "HOST": "127.0.0.1",
-                "PORT": str(port),
-                "WEB_CONCURRENCY": str(workers),
-                **env,
-            },
-            start_new_session=True,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_health(base, proc)
-    except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        raise
-    return base, proc
+        return start_gunicorn(env, workers=workers, stderr=stderr)
 
 
 @pytest.fixture
