@@ -160,8 +160,12 @@ class LaneClient:
         headers = [(b"host", b"testserver"), (b"content-length", str(len(body)).encode())]
         if content_type:
             headers.append((b"content-type", content_type.encode()))
-        if "HTTP_X_FORWARDED_FOR" in extra:
-            headers.append((b"x-forwarded-for", extra["HTTP_X_FORWARDED_FOR"].encode()))
+        for name, value in extra.items():
+            if name.startswith("HTTP_"):
+                headers.append((name[5:].lower().replace("_", "-").encode(), value.encode()))
+        if self.django.cookies:
+            cookies = "; ".join(f"{name}={morsel.value}" for name, morsel in self.django.cookies.items())
+            headers.append((b"cookie", cookies.encode()))
         scope = {
             "type": "http",
             "asgi": {"version": "3.0"},

@@ -7,6 +7,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -96,6 +97,9 @@ class BookingView(Endpoint):
 
     Input, Output = BookingInput, BookedOutput
     throttle_classes = [BookingThrottle, BookingTokenThrottle]
+    # The session's account (the seat cap per account), with DRF's CSRF check for
+    # signed-in requests.
+    authentication_classes = [SessionAuthentication]
 
     @extend_schema(
         operation_id="booking_create",
@@ -108,9 +112,12 @@ class BookingView(Endpoint):
             "UNSUPPORTED_MEDIA_TYPE",
             "PAYLOAD_TOO_LARGE",
             "EVENT_NOT_FOUND",
+            "ACCOUNT_REQUIRED",
+            "CSRF_FAILED",
             "EVENT_CLOSED",
             "NOT_ACTIVE",
             "ALREADY_BOOKED",
+            "SEAT_CAP",
             "SOLD_OUT",
             "INSUFFICIENT_SEATS",
             "RATE_LIMIT",
@@ -119,7 +126,9 @@ class BookingView(Endpoint):
         ),
     )
     def post(self, request: Request) -> Response:
-        return self.answer(services.booking_reserve(**self.validated(request)))
+        user = request.user
+        user_id = user.pk if user is not None and user.is_authenticated else None
+        return self.answer(services.booking_reserve(**self.validated(request), user_id=user_id))
 
 
 class CancelView(Endpoint):

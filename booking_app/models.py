@@ -2,6 +2,7 @@
 
 import uuid
 
+from django.conf import settings
 from django.db import models
 
 from queue_app.models import Event
@@ -29,6 +30,12 @@ class Reservation(models.Model):
     status = models.CharField(max_length=9, choices=Status.choices, default=Status.CONFIRMED)
     buyer_name = models.CharField(max_length=200, blank=True)
     buyer_email = models.EmailField(blank=True)
+    # Who the seat caps count against (docs/fairness.md): the signed-in account that
+    # booked, and the buyer's email normalised (booking_app.buyers.email_key).
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    buyer_key = models.CharField(max_length=254, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     cancelled_at = models.DateTimeField(null=True, blank=True)
     # Set once booking.completed reached the broker; unset rows are retried.
@@ -49,6 +56,16 @@ class Reservation(models.Model):
             models.CheckConstraint(condition=models.Q(seat_count__gte=1), name="at_least_one_seat"),
         ]
         indexes = [
+            models.Index(
+                fields=["event", "user"],
+                condition=models.Q(status="CONFIRMED", user__isnull=False),
+                name="reservation_by_user",
+            ),
+            models.Index(
+                fields=["event", "buyer_key"],
+                condition=models.Q(status="CONFIRMED") & ~models.Q(buyer_key=""),
+                name="reservation_by_buyer",
+            ),
             models.Index(
                 fields=["published_at"],
                 condition=models.Q(published_at__isnull=True),

@@ -24,9 +24,11 @@ import uuid
 from dataclasses import dataclass
 
 from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, connection, transaction
+from django.db.models import Sum
 from django.utils import timezone
 
 from booking_app import publish
+from booking_app.buyers import email_key
 from booking_app.models import Reservation
 from queue_app.models import Event
 from queue_app.services import Token, issued
@@ -36,10 +38,12 @@ from ticketing.errors import REDIS_ERRORS, DomainError
 log = logging.getLogger(__name__)
 
 CONFIRMED, ALREADY_BOOKED, NO_ROOM, NOT_SAVED = "CONFIRMED", "ALREADY_BOOKED", "NO_ROOM", "NOT_SAVED"
+SEAT_CAP = "SEAT_CAP"
 
 _REFUSALS = {
     "EVENT_NOT_FOUND": "No such event.",
     "EVENT_CLOSED": "Booking for this event is not open.",
+    "ACCOUNT_REQUIRED": "Sign in to book on this event.",
     "NOT_ACTIVE": "This token is not in its booking window (wait in line, or rejoin).",
     "SOLD_OUT": "Sold out.",
     "INSUFFICIENT_SEATS": "Not enough seats left for this booking.",
@@ -57,6 +61,7 @@ class Booking:
     buyer_name: str = ""
     buyer_email: str = ""
     window_end: int = 0  # the active window it used (ms), given back if it is refused
+    user_id: int | None = None  # the signed-in account that booked
 
     @classmethod
     def from_outbox(cls, event_id: str, fields: dict[bytes, bytes]) -> "Booking":
@@ -68,6 +73,7 @@ class Booking:
             fields.get(b"buyerName", b"").decode(),
             fields.get(b"buyerEmail", b"").decode(),
             int(fields.get(b"windowEnd", 0)),
+            int(fields[b"userId"]) if fields.get(b"userId") else None,
         )
 
     @property
@@ -79,9 +85,9 @@ class Booking:
 class Decision:
     """How Postgres decided a booking."""
 
-    outcome: str  # CONFIRMED, ALREADY_BOOKED, NO_ROOM or NOT_SAVED
+    outcome: str  # CONFIRMED, ALREADY_BOOKED, NO_ROOM, SEAT_CAP or NOT_SAVED
     reservation: Reservation | None = None  # the confirmed row: this booking's, or the token's earlier one
-    seats_free: int = 0  # for NO_ROOM: seats Postgres still has
+    seats_free: int = 0  # NO_ROOM: seats Postgres still has; SEAT_CAP: seats the buyer may still book
 
 
 def _one_statement() -> contextlib.AbstractContextManager:
@@ -96,7 +102,8 @@ def _record(b: Booking) -> Decision:
     """Write the booking CONFIRMED, or learn how it was decided before.
 
     One INSERT: a trigger moves the event's seat ledger in the same statement, and
-    the ledger's CHECK (never_oversold) refuses the row when Postgres has no room.
+    the ledger's CHECK (never_oversold) refuses the row when Postgres has no room;
+    the same trigger refuses a buyer past the event's seat cap (seat_cap).
     """
     try:
         with _one_statement():
@@ -107,6 +114,8 @@ def _record(b: Booking) -> Decision:
                 seat_count=b.seat_count,
                 buyer_name=b.buyer_name,
                 buyer_email=b.buyer_email,
+                user_id=b.user_id,
+                buyer_key=email_key(b.buyer_email),
             )
             transaction.on_commit(lambda: publish.publish_soon(row))
         return Decision(CONFIRMED, row)
@@ -115,6 +124,8 @@ def _record(b: Booking) -> Decision:
     if "never_oversold" in str(refused):
         total, sold = Event.objects.values_list("total_seats", "seats_sold").get(event_id=b.event_id)
         return _void(b, Decision(NO_ROOM, seats_free=total - sold))
+    if "seat_cap" in str(refused):
+        return _void(b, Decision(SEAT_CAP, seats_free=seats_allowed(b.event_id, b.user_id, b.buyer_email)))
     # This id was decided before, or the token already holds a confirmed reservation
     # (Redis had lost its booking mark).
     decided = Reservation.objects.filter(reservation_id=b.reservation_id).first()
@@ -126,6 +137,24 @@ def _record(b: Booking) -> Decision:
     if existing is None:
         raise refused
     return _void(b, Decision(ALREADY_BOOKED, existing))
+
+
+def seats_allowed(event_id: str, user_id: int | None, buyer_email: str) -> int:
+    """Seats this buyer may still book: the tighter of the account's cap (the event's
+    most per buyer, else its most per booking) and the email's (most per buyer, when
+    set). The trigger of booking_app/migrations/0005_seat_caps.py enforces the same."""
+    per_buyer, per_booking = Event.objects.values_list("max_seats_per_buyer", "max_seats_per_booking").get(
+        event_id=event_id
+    )
+    confirmed = Reservation.objects.filter(event_id=event_id, status=Reservation.Status.CONFIRMED)
+    allowed = []
+    if user_id is not None:
+        held = confirmed.filter(user_id=user_id).aggregate(n=Sum("seat_count"))["n"] or 0
+        allowed.append((per_buyer or per_booking) - held)
+    key = email_key(buyer_email)
+    if per_buyer and key:
+        allowed.append(per_buyer - (confirmed.filter(buyer_key=key).aggregate(n=Sum("seat_count"))["n"] or 0))
+    return max(0, min(allowed, default=per_booking))
 
 
 def _void(b: Booking, decision: Decision) -> Decision:
@@ -225,15 +254,21 @@ class Booked:
 
 
 def booking_reserve(
-    *, event_id: str, token: Token, seat_count: int, buyer_name: str = "", buyer_email: str = ""
+    *,
+    event_id: str,
+    token: Token,
+    seat_count: int,
+    buyer_name: str = "",
+    buyer_email: str = "",
+    user_id: int | None = None,
 ) -> Booked:
     issued(event_id, token)
     k = r.EventKeys(event_id)
-    b = Booking(uuid.uuid4(), event_id, token.text, seat_count, buyer_name, buyer_email)
+    b = Booking(uuid.uuid4(), event_id, token.text, seat_count, buyer_name, buyer_email, user_id=user_id)
     reply = r.run(
         "reserve",
         [k.meta, k.active, k.booked(token.text), k.seats, k.outbox],
-        [token.raw, token.text, seat_count, str(b.reservation_id), buyer_name, buyer_email],
+        [token.raw, token.text, seat_count, str(b.reservation_id), buyer_name, buyer_email, user_id or ""],
     )
     outcome = reply[0].decode()
     if outcome == "ALREADY_BOOKED":
@@ -265,6 +300,12 @@ def booking_reserve(
         log.warning("booking %s refused; its outbox entry stays: %s", b.reservation_id, exc)
     if decision.outcome == ALREADY_BOOKED:
         raise _already_booked(str(decision.reservation.reservation_id))
+    if decision.outcome == SEAT_CAP:
+        raise DomainError(
+            "SEAT_CAP",
+            f"This buyer may book {decision.seats_free} more seat(s) for this event.",
+            seatsAllowed=decision.seats_free,
+        )
     if decision.outcome == NO_ROOM:
         if decision.seats_free <= 0:
             raise DomainError("SOLD_OUT", _REFUSALS["SOLD_OUT"])

@@ -21,6 +21,8 @@ MESSAGES = {
     "EVENT_CLOSED": _("This sale has closed."),
     "BOOKING_NOT_SAVED": _("Your booking could not be saved and nothing was charged. Please try again."),
     "BOOKING_PENDING": _("Your booking is being confirmed. Check the waiting room in a moment."),
+    "SEAT_CAP": _("You have reached the most seats one buyer may book for this event. Choose fewer."),
+    "ACCOUNT_REQUIRED": _("Sign in to book on this event."),
 }
 
 
@@ -65,6 +67,7 @@ def book(request: HttpRequest, event_id: str) -> HttpResponse:
                 seat_count=form.cleaned_data["seat_count"],
                 buyer_name=form.cleaned_data["buyer_name"],
                 buyer_email=form.cleaned_data["buyer_email"],
+                user_id=request.user.pk if request.user.is_authenticated else None,
             )
         except DomainError as exc:
             if exc.code in ("ALREADY_BOOKED", "BOOKING_PENDING"):

@@ -8,27 +8,46 @@
 -- the event, its nonce and that number (layout: queue_app/tokens.py); the number is
 -- only known here, so it is signed here, with the pads of the app's key.
 --
--- KEYS[1] meta    HASH    event status
+-- An event may ask more of a new place (docs/fairness.md), each read from meta:
+-- requireAccount: a signed-in account, which holds one live place (asking again
+-- answers that place, HELD); maxPerAddress: at most that many live places per
+-- client address (TOO_MANY_PLACES); proofOfWork: a solved challenge, used once
+-- (PROOF_OF_WORK). A live place is one waiting (its number past `popped`, not
+-- left) or active (its window not passed); an owner's list of places is pruned of
+-- the others whenever it is read.
+--
+-- KEYS[1] meta    HASH    status, requireAccount, proofOfWork, maxPerAddress
 -- KEYS[2] seq     STRING  last arrival number issued
 -- KEYS[3] line    LIST    tokens in arrival order
 -- KEYS[4] bucket  HASH    token -> arrival number, for the new token (its nonce's bucket)
--- KEYS[5] active  ZSET    rejoin: token -> end of its active window (ms)
+-- KEYS[5] active  ZSET    token -> end of its active window (ms)
 -- KEYS[6] booked  STRING  rejoin: reservation id, once the old token has booked
 -- KEYS[7] popped  STRING  arrival numbers already taken off the head of the line
 -- KEYS[8] oldbucket HASH  rejoin: the old token's bucket
+-- KEYS[9] left    ZSET    arrival numbers of people who left the line
+-- KEYS[10] accountplaces HASH account -> its live place (16 bytes)
+-- KEYS[11] addressplaces HASH client address -> its live places (16 bytes each)
+-- KEYS[12] proofs HASH    marks of the proof-of-work solutions used (expires with them)
 -- ARGV[1] rejoin: the old token, 16 raw bytes; join: ''
 -- ARGV[2] nonce for a new token, 4 raw bytes
 -- ARGV[3] event id
 -- ARGV[4] the key's inner HMAC pad, 64 bytes
 -- ARGV[5] the key's outer HMAC pad, 64 bytes
+-- ARGV[6] the signed-in account's id, or ''
+-- ARGV[7] the client's address (packed IPv4, or the IPv6 /64), or ''
+-- ARGV[8] the verified solution's mark, or '' when none was sent
+-- ARGV[9] when KEYS[12] may expire (unix ms)
 --
--- Returns {outcome, joinedAtMs, token or reservationId}; outcome is one of
--- JOINED (with the new token), WAITING, ACTIVE, ALREADY_BOOKED, EVENT_NOT_FOUND,
--- EVENT_CLOSED.
+-- Returns {outcome, ...}: {'JOINED', joinedAtMs, token}; a rejoin that keeps its
+-- place {'WAITING'|'ACTIVE', 0}; an account's live place {'HELD', 'WAITING'|'ACTIVE',
+-- token}; {'ALREADY_BOOKED', 0, reservationId}; {'TOO_MANY_PLACES', cap};
+-- {'PROOF_OF_WORK', 'missing'|'used'}; {'ACCOUNT_REQUIRED'}; {'EVENT_NOT_FOUND'};
+-- {'EVENT_CLOSED'}.
 -- Validates every key before its first write (Redis keeps the writes done before an
 -- error): a bad key fails the script with nothing changed.
 local old = ARGV[1]
-local status = redis.call('HGET', KEYS[1], 'status')
+local meta = redis.call('HMGET', KEYS[1], 'status', 'requireAccount', 'proofOfWork', 'maxPerAddress')
+local status = meta[1]
 if not status then return {'EVENT_NOT_FOUND'} end
 if old ~= '' then
   local booked = redis.call('GET', KEYS[6])
@@ -51,6 +70,44 @@ if old ~= '' then
   if expires and tonumber(expires) > now then return {'ACTIVE', 0} end
 end
 
+-- 'ACTIVE', 'WAITING', or nil: the token's place is gone (admitted and expired,
+-- booked, or left). The token carries its arrival number in bytes 10-14.
+local function live(token)
+  local expires = redis.call('ZSCORE', KEYS[5], token)
+  if expires and tonumber(expires) > now then return 'ACTIVE' end
+  local b1, b2, b3, b4, b5 = token:byte(10, 14)
+  local number = (((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5
+  if number > popped and not redis.call('ZSCORE', KEYS[9], tostring(number)) then return 'WAITING' end
+  return nil
+end
+
+-- An owner's live places.
+local function held(places, owner)
+  local list, kept = redis.call('HGET', places, owner) or '', {}
+  for i = 1, #list - 15, 16 do
+    local token = list:sub(i, i + 15)
+    if live(token) then kept[#kept + 1] = token end
+  end
+  return kept
+end
+
+local account, address = ARGV[6], ARGV[7]
+if meta[2] == '1' then
+  if account == '' then return {'ACCOUNT_REQUIRED'} end
+  local place = held(KEYS[10], account)[1]
+  if place then return {'HELD', live(place), place} end
+end
+local cap, by_address = tonumber(meta[4] or 0) or 0, nil
+if cap > 0 and address ~= '' then
+  by_address = held(KEYS[11], address)
+  if #by_address >= cap then return {'TOO_MANY_PLACES', cap} end
+end
+local proof = (tonumber(meta[3] or 0) or 0) > 0
+if proof then
+  if ARGV[8] == '' then return {'PROOF_OF_WORK', 'missing'} end
+  if redis.call('HEXISTS', KEYS[12], ARGV[8]) == 1 then return {'PROOF_OF_WORK', 'used'} end
+end
+
 -- The keys about to be written, checked first: RPUSH into a line that is not a list
 -- would fail after INCR, leaving a number issued to nobody. The pattern is INCR's
 -- own rule (an integer without leading zeros), kept within the token's 40 bits.
@@ -61,6 +118,7 @@ end
 if #ARGV[2] ~= 4 or #ARGV[4] ~= 64 or #ARGV[5] ~= 64 then error('nonce or key pads of the wrong size') end
 redis.call('LLEN', KEYS[3])
 redis.call('HLEN', KEYS[4])
+if proof then redis.call('HLEN', KEYS[12]) end
 
 local seq = redis.call('INCR', KEYS[2])
 local number = string.char(math.floor(seq / 4294967296) % 256, math.floor(seq / 16777216) % 256,
@@ -81,4 +139,10 @@ local token = ARGV[2] .. string.char(m[1], m[2], 0x80 + m[3] % 16, m[4], 0x80 + 
   .. string.char(m[6], m[7])
 redis.call('RPUSH', KEYS[3], token)
 redis.call('HSET', KEYS[4], token, seq)
+if meta[2] == '1' then redis.call('HSET', KEYS[10], account, token) end
+if by_address then redis.call('HSET', KEYS[11], address, table.concat(by_address) .. token) end
+if proof then
+  redis.call('HSET', KEYS[12], ARGV[8], 1)
+  redis.call('PEXPIREAT', KEYS[12], ARGV[9])
+end
 return {'JOINED', now, token}

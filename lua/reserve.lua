@@ -21,14 +21,17 @@
 -- ARGV[4] reservation id (chosen by the caller, so Postgres and Redis share it)
 -- ARGV[5] buyer's name ('' for none)
 -- ARGV[6] buyer's email ('' for none)
+-- ARGV[7] the signed-in account's id ('' or absent for none; an account event needs one)
 --
 -- Returns {'OK', seatsLeft, outboxEntryId, windowEnd} or {refusal, detail} where
 -- refusal is EVENT_NOT_FOUND, EVENT_CLOSED, ALREADY_BOOKED (detail = reservation
--- id), NOT_ACTIVE, VALIDATION_ERROR (detail = most per booking), SOLD_OUT or
+-- id), ACCOUNT_REQUIRED, NOT_ACTIVE, VALIDATION_ERROR (detail = most per booking), SOLD_OUT or
 -- INSUFFICIENT_SEATS (detail = seats left).
-local meta = redis.call('HMGET', KEYS[1], 'status', 'maxPerBooking')
+local meta = redis.call('HMGET', KEYS[1], 'status', 'maxPerBooking', 'requireAccount')
 if not meta[1] then return {'EVENT_NOT_FOUND'} end
 if meta[1] ~= 'OPEN' then return {'EVENT_CLOSED'} end
+local account = ARGV[7] or ''
+if meta[3] == '1' and account == '' then return {'ACCOUNT_REQUIRED'} end
 
 local booked = redis.call('GET', KEYS[3])
 if booked then return {'ALREADY_BOOKED', booked} end
@@ -52,5 +55,5 @@ left = redis.call('DECRBY', KEYS[4], wanted)
 redis.call('SET', KEYS[3], ARGV[4])
 redis.call('ZREM', KEYS[2], ARGV[1])
 local entry = redis.call('XADD', KEYS[5], '*', 'reservationId', ARGV[4], 'token', ARGV[2],
-  'seats', wanted, 'buyerName', ARGV[5], 'buyerEmail', ARGV[6], 'windowEnd', window_end)
+  'seats', wanted, 'buyerName', ARGV[5], 'buyerEmail', ARGV[6], 'windowEnd', window_end, 'userId', account)
 return {'OK', left, entry, window_end}

@@ -4,15 +4,31 @@ These four are the crowd's: the ASGI fast lane serves them in production from
 these declarations (`fast_service`); Django's lane serves them to everything else.
 """
 
+from collections.abc import Mapping
+
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from queue_app import services
+from queue_app import proof, services
 from queue_app.models import EVENT_ID_PATTERN
 from ticketing.api import Endpoint, StrictField, responses
-from ticketing.ratelimit import JoinThrottle, LeaveThrottle
+from ticketing.ratelimit import JoinThrottle, LeaveThrottle, client_address
+
+
+def client_of(request: Request) -> services.Client:
+    """Who asks, for the event's protections: the account signed in by Django's
+    session (on this lane only: the fast lane hands requests with a session to it),
+    and the client address."""
+    user = request.user
+    account = str(user.pk) if user is not None and user.is_authenticated else ""
+    return services.Client(account=account, address=client_address(request.META))
+
+
+def anonymous_client(meta: Mapping) -> services.Client:
+    return services.Client(address=client_address(meta))
 
 
 @extend_schema_field(
@@ -42,13 +58,46 @@ class EventIdField(StrictField):
         super().__init__(required=False, source="event_id", **kwargs)
 
 
+@extend_schema_field(
+    {
+        "type": "string",
+        "maxLength": proof.MAX_PAYLOAD,
+        "description": "The solved proof-of-work challenge (GET /api/queue/challenge): the ALTCHA payload, "
+        "base64. Needed when the event asks for proof of work (a new place only: a rejoin that keeps "
+        "its place needs none); each solution works once.",
+    }
+)
+class ProofField(StrictField):
+    parse = staticmethod(proof.parse_payload)
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(required=False, source="proof", **kwargs)
+
+
 class EventInput(serializers.Serializer):
     eventId = EventIdField()  # noqa: N815 (the wire's names are camelCase)
+
+
+class JoinInput(EventInput):
+    altcha = ProofField()
 
 
 class TokenInput(serializers.Serializer):
     token = TokenField()
     eventId = EventIdField()  # noqa: N815
+
+
+class RejoinInput(TokenInput):
+    altcha = ProofField()
+
+
+class ChallengeOutput(serializers.Serializer):
+    required = serializers.BooleanField(help_text="whether this event asks for proof of work at join now")
+    challenge = serializers.DictField(
+        help_text="An ALTCHA challenge (protocol v2: `parameters`, `signature`), algorithm SHA-256, "
+        "valid 5 minutes, for this event only. Solve it with the ALTCHA widget or "
+        "`altcha.solve_challenge`, and send the payload as `altcha` (README: Proof of work)."
+    )
 
 
 class JoinedOutput(serializers.Serializer):
@@ -92,56 +141,71 @@ class PositionOutput(serializers.Serializer):
 
 
 class JoinView(Endpoint):
-    """A new person: a fresh token at the back of the line."""
+    """A new person: a fresh token at the back of the line. On an account event, an
+    account that holds a live place gets that place back (joinedAt null)."""
 
-    Input, Output = EventInput, JoinedOutput
+    Input, Output = JoinInput, JoinedOutput
     throttle_classes = [JoinThrottle]
     fast_service = staticmethod(services.aqueue_join)
     counted_refusals = services.JOIN_REFUSALS
+    fast_client = staticmethod(anonymous_client)
+    # The session's account, with DRF's CSRF check for signed-in requests.
+    authentication_classes = [SessionAuthentication]
 
     @extend_schema(
         operation_id="queue_join",
-        request=EventInput,
+        request=JoinInput,
         responses=responses(
             JoinedOutput,
             "VALIDATION_ERROR",
+            "ACCOUNT_REQUIRED",
+            "CSRF_FAILED",
+            "PROOF_OF_WORK",
             "UNSUPPORTED_MEDIA_TYPE",
             "PAYLOAD_TOO_LARGE",
             "EVENT_NOT_FOUND",
             "EVENT_CLOSED",
             "RATE_LIMIT",
+            "TOO_MANY_PLACES",
         ),
     )
     def post(self, request: Request) -> Response:
-        return self.answer(services.queue_join(**self.validated(request)))
+        return self.answer(services.queue_join(**self.validated(request), client=client_of(request)))
 
 
 class RejoinView(Endpoint):
     """A returning person (F5): the same place while waiting or active, else the back."""
 
-    Input, Output = TokenInput, RejoinedOutput
+    Input, Output = RejoinInput, RejoinedOutput
     throttle_classes = [JoinThrottle]
     fast_service = staticmethod(services.aqueue_rejoin)
     counted_refusals = services.JOIN_REFUSALS
+    fast_client = staticmethod(anonymous_client)
+    # The session's account, with DRF's CSRF check for signed-in requests.
+    authentication_classes = [SessionAuthentication]
 
     @extend_schema(
         operation_id="queue_rejoin",
-        request=TokenInput,
+        request=RejoinInput,
         responses=responses(
             RejoinedOutput,
             "VALIDATION_ERROR",
+            "ACCOUNT_REQUIRED",
+            "CSRF_FAILED",
             "UNSUPPORTED_MEDIA_TYPE",
             "PAYLOAD_TOO_LARGE",
             "MISSING_TOKEN",
             "INVALID_TOKEN",
+            "PROOF_OF_WORK",
             "EVENT_NOT_FOUND",
             "EVENT_CLOSED",
             "ALREADY_BOOKED",
             "RATE_LIMIT",
+            "TOO_MANY_PLACES",
         ),
     )
     def post(self, request: Request) -> Response:
-        return self.answer(services.queue_rejoin(**self.validated(request)))
+        return self.answer(services.queue_rejoin(**self.validated(request), client=client_of(request)))
 
 
 class LeaveView(Endpoint):
@@ -177,3 +241,18 @@ class PollView(Endpoint):
     )
     def get(self, request: Request) -> Response:
         return self.answer(services.queue_poll(**self.validated(request)))
+
+
+class ChallengeView(Endpoint):
+    """A proof-of-work challenge for a join (queue_app/proof.py)."""
+
+    Input, Output, source = EventInput, ChallengeOutput, "query"
+    fast_service = staticmethod(services.aqueue_challenge)
+
+    @extend_schema(
+        operation_id="queue_challenge",
+        parameters=[EventInput],
+        responses=responses(ChallengeOutput, "VALIDATION_ERROR", "EVENT_NOT_FOUND"),
+    )
+    def get(self, request: Request) -> Response:
+        return self.answer(services.queue_challenge(**self.validated(request)))

@@ -8,6 +8,10 @@ from django.db import models
 EVENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 
+# Proof-of-work difficulty a phone solves in about 1-2 s (docs/fairness.md).
+SUGGESTED_PROOF_OF_WORK = 50_000
+
+
 class Event(models.Model):
     class Status(models.TextChoices):
         OPEN = "OPEN"
@@ -34,6 +38,26 @@ class Event(models.Model):
         default=0, help_text="Most people in the active window at once; 0 = no cap."
     )
     max_seats_per_booking = models.PositiveIntegerField(default=4, validators=[MinValueValidator(1)])
+    # Protections against scripts (docs/fairness.md). Off by default: each one asks
+    # something of a plain client. The admin's "hot sale" preset turns them on.
+    proof_of_work = models.PositiveIntegerField(
+        default=0,
+        help_text="Proof of work at join: the hashes a client computes on average "
+        f"(suggested {SUGGESTED_PROOF_OF_WORK:,}, about 1-2 s on a phone); 0 = off.",
+    )
+    require_account = models.BooleanField(
+        default=False, help_text="Joining needs a signed-in account; one place per account."
+    )
+    max_places_per_address = models.PositiveIntegerField(
+        default=0,
+        help_text="Most live places (waiting or active) per client address (IPv4, or IPv6 /64); "
+        "0 = no cap. Carrier-grade NAT puts many people behind one address.",
+    )
+    max_seats_per_buyer = models.PositiveIntegerField(
+        default=0,
+        help_text="Most seats one buyer holds across bookings, by normalised email; 0 = no cap "
+        "by email. An account is always capped: at this, or else at the most seats per booking.",
+    )
     # The durable seat count: the sum of confirmed reservations, kept by a database
     # trigger in the same statement as every change of a reservation (see
     # booking_app/migrations/0003_seat_ledger_trigger.py). Redis decides who gets a

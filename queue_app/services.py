@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from queue_app import proof as queue_proof
 from queue_app import tokens
 from queue_app.models import EVENT_ID_PATTERN, Event
 from ticketing import redis as r
@@ -46,7 +47,12 @@ def parse_token(value: object) -> Token:
 
 # Joins and rejoins refused, counted per event by reason for the operator (the
 # admin's event list): error code -> reason.
-JOIN_REFUSALS = {"RATE_LIMIT": "rate", "INVALID_TOKEN": "forged_token"}
+JOIN_REFUSALS = {
+    "RATE_LIMIT": "rate",
+    "INVALID_TOKEN": "forged_token",
+    "TOO_MANY_PLACES": "cap",
+    "PROOF_OF_WORK": "proof_of_work",
+}
 
 
 def issued(event_id: str, token: Token) -> int:
@@ -91,59 +97,120 @@ class Joined:
     status: str = "WAITING"  # rejoin: WAITING or ACTIVE
 
 
-def _join_call(event_id: str, token: Token | None) -> Call:
+@dataclass(frozen=True, slots=True)
+class Client:
+    """Who asks for a place, for the event's protections (lua/join.lua): the
+    signed-in account, and the client address (ticketing.ratelimit.packed_net)."""
+
+    account: str = ""
+    address: bytes = b""
+
+
+def _join_call(event_id: str, token: Token | None, proof: str | None, client: Client) -> Call:
     """join (token None) or rejoin: the script issues and signs a new token when the
     person goes to the back; its index bucket is the new nonce's."""
     k = r.event_keys(event_id)
     nonce = tokens.new_nonce()
     if token is None:
-        # No token to look up: its three keys are not read (meta stands in).
-        old, active, booked, old_bucket = b"", k.meta, k.meta, k.meta
+        # No token to look up: its two keys are not read (meta stands in).
+        old, booked, old_bucket = b"", k.meta, k.meta
     else:
         issued(event_id, token)
-        old, active, booked, old_bucket = token.raw, k.active, k.booked(token.text), k.bucket(token.raw)
-    keys = [k.meta, k.seq, k.line, k.bucket(nonce), active, booked, k.popped, old_bucket]
+        old, booked, old_bucket = token.raw, k.booked(token.text), k.bucket(token.raw)
+    mark, proofs, proofs_until = b"", k.meta, 0
+    if proof is not None:
+        solved = queue_proof.verify(event_id, proof)
+        mark, proofs = solved.mark, k.proofs(solved.mark, solved.expires_at)
+        proofs_until = (solved.expires_at // 60 + 1) * 60_000 + 1_000
+    account = client.account.encode()
+    keys = [
+        k.meta, k.seq, k.line, k.bucket(nonce), k.active, booked, k.popped, old_bucket, k.left,
+        k.places(b"u" + account) if account else k.meta,
+        k.places(b"a" + client.address) if client.address else k.meta,
+        proofs,
+    ]  # fmt: skip
     ipad, opad = tokens.keys()[0].pads
-    return "join", keys, [old, nonce, event_id, ipad, opad]
+    args = [old, nonce, event_id, ipad, opad, account, client.address, mark, proofs_until]
+    return "join", keys, args
 
 
 def _joined(event_id: str, token: Token | None, reply: list) -> Joined:
     outcome, *rest = reply
+    if outcome == b"JOINED":
+        return Joined(Token.of(rest[1]).text, event_id, rest[0])
+    if outcome in (b"WAITING", b"ACTIVE"):  # a rejoin that kept its place
+        assert token is not None
+        return Joined(token.text, event_id, None, rejoined=True, status=outcome.decode())
+    if outcome == b"HELD":
+        return Joined(Token.of(rest[1]).text, event_id, None, rejoined=True, status=rest[0].decode())
     if outcome == b"EVENT_NOT_FOUND":
         raise _event_not_found(event_id)
     if outcome == b"EVENT_CLOSED":
         raise DomainError("EVENT_CLOSED", "Booking for this event has closed.")
     if outcome == b"ALREADY_BOOKED":
         raise _already_booked(rest[1])
-    if outcome == b"JOINED":
-        return Joined(Token.of(rest[1]).text, event_id, rest[0])
-    assert token is not None  # only a rejoin keeps a place
-    return Joined(
-        token.text,
-        event_id,
-        None,
-        rejoined=True,
-        status="ACTIVE" if outcome == b"ACTIVE" else "WAITING",
-    )
+    if outcome == b"ACCOUNT_REQUIRED":
+        raise DomainError("ACCOUNT_REQUIRED", "Sign in to join this event's line.")
+    if outcome == b"TOO_MANY_PLACES":
+        raise DomainError(
+            "TOO_MANY_PLACES", "This address already holds as many places as this event allows.", most=rest[0]
+        )
+    if rest[0] == b"used":
+        raise DomainError("PROOF_OF_WORK", "This proof of work was used before; solve a new challenge.")
+    raise DomainError("PROOF_OF_WORK", "This event needs a proof of work: GET /api/queue/challenge.")
 
 
-def queue_join(*, event_id: str) -> Joined:
-    """A new person: a fresh token at the back of the line."""
-    return _joined(event_id, None, r.run(*_join_call(event_id, None)))
+_ANYONE = Client()
 
 
-async def aqueue_join(*, event_id: str) -> Joined:
-    return _joined(event_id, None, await r.arun(*_join_call(event_id, None)))
+def queue_join(*, event_id: str, proof: str | None = None, client: Client = _ANYONE) -> Joined:
+    """A new person: a fresh token at the back of the line (or, on an account event,
+    the account's live place)."""
+    return _joined(event_id, None, r.run(*_join_call(event_id, None, proof, client)))
 
 
-def queue_rejoin(*, event_id: str, token: Token) -> Joined:
+async def aqueue_join(*, event_id: str, proof: str | None = None, client: Client = _ANYONE) -> Joined:
+    return _joined(event_id, None, await r.arun(*_join_call(event_id, None, proof, client)))
+
+
+def queue_rejoin(
+    *, event_id: str, token: Token, proof: str | None = None, client: Client = _ANYONE
+) -> Joined:
     """A returning person (F5): the same place while waiting or active; otherwise a
     new token at the back, the old one left as it was (EXPIRED, or NOT_FOUND)."""
-    return _joined(event_id, token, r.run(*_join_call(event_id, token)))
+    return _joined(event_id, token, r.run(*_join_call(event_id, token, proof, client)))
 
 
-async def aqueue_rejoin(*, event_id: str, token: Token) -> Joined:
-    return _joined(event_id, token, await r.arun(*_join_call(event_id, token)))
+async def aqueue_rejoin(
+    *, event_id: str, token: Token, proof: str | None = None, client: Client = _ANYONE
+) -> Joined:
+    return _joined(event_id, token, await r.arun(*_join_call(event_id, token, proof, client)))
+
+
+@dataclass(frozen=True, slots=True)
+class Challenge:
+    required: bool
+    challenge: dict
+
+
+def _challenge(event_id: str, difficulty: bytes | None) -> Challenge:
+    if difficulty is None:
+        raise _event_not_found(event_id)
+    level = int(difficulty or 0)
+    return Challenge(level > 0, queue_proof.challenge(event_id, level))
+
+
+def queue_challenge(*, event_id: str) -> Challenge:
+    """A proof-of-work challenge at the event's difficulty (one cheap HGET; an event
+    without proof of work gets the easiest, so that a client may always solve one)."""
+    status, difficulty = r.client().hmget(r.event_keys(event_id).meta, "status", "proofOfWork")
+    return _challenge(event_id, None if status is None else difficulty or b"0")
+
+
+async def aqueue_challenge(*, event_id: str) -> Challenge:
+    meta = r.event_keys(event_id).meta
+    status, difficulty = await r.batcher().execute("HMGET", meta, "status", "proofOfWork")
+    return _challenge(event_id, None if status is None else difficulty or b"0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,7 +420,7 @@ def queue_join_many(*, event_id: str, count: int, chunk: int = 10_000) -> None:
     while count > 0:
         pipe = r.client().pipeline(transaction=False)
         for _ in range(min(chunk, count)):
-            r.run(*_join_call(event_id, None), on=pipe)
+            r.run(*_join_call(event_id, None, None, _ANYONE), on=pipe)
         count -= len(pipe.execute())
 
 
@@ -378,6 +445,9 @@ def event_publish(event: Event, *, sold: int = 0) -> int:
         "windowSeconds": event.active_window_seconds,
         "maxActive": event.max_active_users,
         "maxPerBooking": event.max_seats_per_booking,
+        "requireAccount": int(event.require_account),
+        "proofOfWork": event.proof_of_work,
+        "maxPerAddress": event.max_places_per_address,
     }
     pairs = [x for item in fields.items() for x in item]
     outcome, left = r.run(

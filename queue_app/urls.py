@@ -6,6 +6,7 @@ urlpatterns = [
     path("api/queue/join", api.JoinView.as_view(), name="queue-join"),
     path("api/queue/rejoin", api.RejoinView.as_view(), name="queue-rejoin"),
     path("api/queue/leave", api.LeaveView.as_view(), name="queue-leave"),
+    path("api/queue/challenge", api.ChallengeView.as_view(), name="queue-challenge"),
     path("api/status/poll", api.PollView.as_view(), name="status-poll"),
     path("", views.event_list, name="event-list"),
     path("events/<str:event_id>/", views.waiting_room, name="waiting-room"),

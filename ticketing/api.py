@@ -9,7 +9,7 @@ these same declarations: the same route, the same fields, the same throttles,
 the same output, without Django's request cycle.
 """
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from functools import cache
 from typing import Any, ClassVar
 
@@ -34,6 +34,11 @@ class Endpoint(APIView):
     # Error code -> reason: refusals counted per event for the operator (on both
     # lanes; ticketing.redis.count_refusal).
     counted_refusals: ClassVar[dict[str, str]] = {}
+    # For a service that takes a `client` argument (who asks): builds it on the fast
+    # lane from the request's meta (peer, X-Forwarded-For). That lane has no
+    # session, so it hands requests carrying a session cookie to Django's lane,
+    # where the view builds `client` itself.
+    fast_client: ClassVar[Callable[[Mapping], Any] | None] = None
 
     def handle_exception(self, exc: Exception) -> Response:
         if self.counted_refusals:
@@ -86,6 +91,10 @@ class ErrorSerializer(serializers.Serializer):
     remainingSeats = serializers.IntegerField(  # noqa: N815 (a wire name)
         required=False, help_text="INSUFFICIENT_SEATS: the seats left."
     )
+    seatsAllowed = serializers.IntegerField(  # noqa: N815 (a wire name)
+        required=False, help_text="SEAT_CAP: the seats this buyer may still book."
+    )
+    most = serializers.IntegerField(required=False, help_text="TOO_MANY_PLACES: the cap per address.")
 
 
 ErrorEnvelope = inline_serializer(
@@ -110,6 +119,13 @@ _MEANING = {
     "PAYLOAD_TOO_LARGE": "the body is over 10 KB",
     "UNSUPPORTED_MEDIA_TYPE": "the body is not application/json",
     "RATE_LIMIT": "too many requests from this client; wait Retry-After seconds",
+    "TOO_MANY_PLACES": "this client address already holds the event's most live places",
+    "ACCOUNT_REQUIRED": "this event needs a signed-in account (a session cookie)",
+    "CSRF_FAILED": "a signed-in request without the X-CSRFToken header of its csrftoken cookie",
+    "PROOF_OF_WORK": "this event needs a solved challenge (GET /api/queue/challenge) in `altcha`; "
+    "it was missing, wrong, expired or used before",
+    "SEAT_CAP": "this buyer (account or email) would hold more than the event's most seats "
+    "per buyer (seatsAllowed says how many more)",
     "INTERNAL_ERROR": "a fault of the service; it is logged",
     "REDIS_UNAVAILABLE": "the waiting room's store is briefly unavailable; try again",
     "DATABASE_UNAVAILABLE": "the database is briefly unavailable; try again",

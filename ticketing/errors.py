@@ -32,7 +32,9 @@ STATUS: dict[str, int] = {
     "VALIDATION_ERROR": 400,
     "MISSING_TOKEN": 400,
     "BAD_REQUEST": 400,
+    "ACCOUNT_REQUIRED": 401,
     "EVENT_CLOSED": 403,
+    "PROOF_OF_WORK": 403,
     "NOT_ACTIVE": 403,
     "INVALID_TOKEN": 403,
     "FORBIDDEN": 403,
@@ -46,9 +48,11 @@ STATUS: dict[str, int] = {
     "SOLD_OUT": 409,
     "INSUFFICIENT_SEATS": 409,
     "ALREADY_CANCELLED": 409,
+    "SEAT_CAP": 409,
     "PAYLOAD_TOO_LARGE": 413,
     "UNSUPPORTED_MEDIA_TYPE": 415,
     "RATE_LIMIT": 429,
+    "TOO_MANY_PLACES": 429,
     # The service's own trouble: try again.
     "INTERNAL_ERROR": 500,
     "REDIS_UNAVAILABLE": 503,
@@ -126,6 +130,9 @@ def describe(exc: Exception) -> DomainError | None:
         return DomainError("NOT_ACCEPTABLE", "This endpoint answers application/json.")
     if isinstance(exc, drf.NotFound):
         return DomainError("NOT_FOUND", "No such resource.")
+    if isinstance(exc, drf.PermissionDenied) and str(exc.detail).startswith("CSRF Failed"):
+        # A signed-in request without the page's CSRF token (DRF's SessionAuthentication).
+        return DomainError("CSRF_FAILED", "Send the X-CSRFToken header of the page's csrftoken cookie.")
     if isinstance(exc, drf.ValidationError):
         return validation_error(_first_message(exc.detail))
     if isinstance(exc, drf.Throttled):

@@ -7,6 +7,7 @@ one Redis Cluster slot and a script may touch them together.
 import asyncio
 import hashlib
 import logging
+import zlib
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
@@ -184,6 +185,8 @@ class EventKeys:
         "admit_log",
         "refused",
         "bucket_prefix",
+        "places_prefix",
+        "proofs_prefix",
     )
 
     def __init__(self, event_id: str) -> None:
@@ -213,10 +216,23 @@ class EventKeys:
         # reason -> joins refused for it (lua/refused.lua), for the operator.
         self.refused = key(event_id, "refused")
         self.bucket_prefix = key(event_id, "tokens", "")
+        self.places_prefix = key(event_id, "places", "")
+        self.proofs_prefix = key(event_id, "proofs", "")
 
     def bucket(self, token: bytes) -> str:
         """The token-index hash that holds this token's state."""
         return self.bucket_prefix + token[:TOKEN_BUCKET_BYTES].hex()
+
+    def places(self, owner: bytes) -> str:
+        """The hash that holds an owner's live places (an account's, or a client
+        address's): owner -> its tokens, 16 bytes each. 65,536 small hashes, so each
+        stays in Redis' compact encoding."""
+        return self.places_prefix + format(zlib.crc32(owner) & 0xFFFF, "04x")
+
+    def proofs(self, mark: bytes, expires_at: int) -> str:
+        """The hash of the proof-of-work solutions used, of challenges expiring in the
+        same minute as this one (the hash expires with them)."""
+        return f"{self.proofs_prefix}{expires_at // 60}:{mark[:2].hex()}"
 
     def booked(self, token: str) -> str:
         return key(self.event_id, "booking", "done", token)

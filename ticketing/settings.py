@@ -263,6 +263,10 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Django's auth pages (ticketing/accounts.py): where to sign in, and where people land after.
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "event-list"
+LOGOUT_REDIRECT_URL = "event-list"
 
 LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("ko", "한국어")]

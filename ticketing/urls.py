@@ -8,6 +8,8 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from ticketing import accounts
+
 
 def health(request: HttpRequest) -> JsonResponse:
     """Liveness for load balancers, the seed's bare shape: no Redis, no database."""
@@ -25,6 +27,9 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("admin/", admin.site.urls),
     path("i18n/", include("django.conf.urls.i18n")),
+    path("accounts/login/", accounts.sign_in, name="login"),
+    path("accounts/signup/", accounts.sign_up, name="signup"),
+    path("accounts/logout/", accounts.sign_out, name="logout"),
     path("", include("queue_app.urls")),
     path("", include("booking_app.urls")),
 ]

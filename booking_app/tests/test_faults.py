@@ -129,7 +129,7 @@ def _stranded_booking(event, token: str, seats: int) -> None:
     reply = r.run(
         "reserve",
         [k.meta, k.active, k.booked(token), k.seats, k.outbox],
-        [raw, token, seats, str(uuid.uuid4()), "", ""],
+        [raw, token, seats, str(uuid.uuid4()), "", "", ""],
     )
     assert reply[0] == b"OK", reply
 
