@@ -21,6 +21,10 @@ class EventForm(forms.ModelForm):
             "active_window_seconds",
             "max_active_users",
             "max_seats_per_booking",
+            "proof_of_work",
+            "require_account",
+            "max_places_per_address",
+            "max_seats_per_buyer",
         ]
 
     def clean_total_seats(self) -> int:
@@ -44,6 +48,7 @@ class EventAdmin(admin.ModelAdmin):
         "seats_left",
         "admitted_last_minute",
         "joins_refused",
+        "protection",
         "bookings",
         "seats_sold",
         "admit_per_second",
@@ -55,7 +60,36 @@ class EventAdmin(admin.ModelAdmin):
     list_editable = ("admit_per_second", "active_window_seconds", "max_active_users")
     list_filter = ("status",)
     search_fields = ("event_id", "name")
-    actions = ["open_events", "pause_events", "close_events"]
+    actions = ["open_events", "pause_events", "close_events", "hot_sale", "protections_off"]
+    fieldsets = [
+        (None, {"fields": ["event_id", "name", "status", "total_seats"]}),
+        (
+            "Admission",
+            {
+                "fields": [
+                    "admit_per_second",
+                    "active_window_seconds",
+                    "max_active_users",
+                    "max_seats_per_booking",
+                ]
+            },
+        ),
+        (
+            "Against scripts and bots",
+            {
+                "description": "Each asks something of plain clients, so each is off by default. "
+                "The action \u201cHot sale\u201d on the list turns on proof of work, the cap per address "
+                "and the cap per buyer together. Changes apply to the next join.",
+                "fields": [
+                    "proof_of_work",
+                    "require_account",
+                    "max_places_per_address",
+                    "max_seats_per_buyer",
+                ],
+            },
+        ),
+        ("Record", {"fields": ["created_at", "updated_at"]}),
+    ]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return (
@@ -96,6 +130,10 @@ class EventAdmin(admin.ModelAdmin):
         refused = self._live(obj)["joinsRefused"]
         return ", ".join(f"{reason.replace('_', ' ')} {n:,}" for reason, n in refused.items()) or "–"
 
+    @admin.display(description="protections")
+    def protection(self, obj: Event) -> str:
+        return ", ".join(obj.protections()) or "–"
+
     @admin.display(description="bookings", ordering="confirmed")
     def bookings(self, obj: Event) -> int:
         return obj.confirmed
@@ -103,6 +141,25 @@ class EventAdmin(admin.ModelAdmin):
     def save_model(self, request: HttpRequest, obj: Event, form, change: bool) -> None:
         super().save_model(request, obj, form, change)
         services.event_publish(obj, sold=obj.seats_sold)
+
+    def _set_fields(self, request: HttpRequest, queryset: QuerySet, change, done: str) -> None:
+        for event in queryset:
+            change(event)
+            event.save()
+            services.event_publish(event, sold=event.seats_sold)
+        self.message_user(request, f"{queryset.count()} event(s): {done}.", messages.SUCCESS)
+
+    @admin.action(description="Hot sale: proof of work, a cap per address and per buyer")
+    def hot_sale(self, request: HttpRequest, queryset: QuerySet) -> None:
+        self._set_fields(request, queryset, Event.apply_hot_sale, "hot-sale protections on")
+
+    @admin.action(description="Protections off: anyone may join, as a plain client")
+    def protections_off(self, request: HttpRequest, queryset: QuerySet) -> None:
+        def off(event: Event) -> None:
+            event.proof_of_work = event.max_places_per_address = event.max_seats_per_buyer = 0
+            event.require_account = False
+
+        self._set_fields(request, queryset, off, "protections off")
 
     def _set_status(self, request: HttpRequest, queryset: QuerySet, status: str) -> None:
         for event in queryset:

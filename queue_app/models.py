@@ -10,6 +10,9 @@ EVENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 # Proof-of-work difficulty a phone solves in about 1-2 s (docs/fairness.md).
 SUGGESTED_PROOF_OF_WORK = 50_000
+# The hot-sale preset's live places per client address: a couple sharing a home
+# connection, not a script.
+HOT_SALE_PLACES_PER_ADDRESS = 2
 
 
 class Event(models.Model):
@@ -87,6 +90,29 @@ class Event(models.Model):
                 f.name for f in self._meta.concrete_fields if not f.primary_key and f.name != "seats_sold"
             ]
         super().save(*args, **kwargs)
+
+    def apply_hot_sale(self) -> None:
+        """The protections a contested sale wants together, each kept where the
+        operator already chose a value: proof of work at the suggested difficulty,
+        a cap on live places per address, and a seat cap per buyer (email) of the
+        most seats per booking. Accounts stay the operator's choice: they need an
+        audience with accounts."""
+        self.proof_of_work = self.proof_of_work or SUGGESTED_PROOF_OF_WORK
+        self.max_places_per_address = self.max_places_per_address or HOT_SALE_PLACES_PER_ADDRESS
+        self.max_seats_per_buyer = self.max_seats_per_buyer or self.max_seats_per_booking
+
+    def protections(self) -> list[str]:
+        """The protections on, in a few words each, for operators."""
+        on = []
+        if self.proof_of_work:
+            on.append(f"proof of work {self.proof_of_work:,}")
+        if self.require_account:
+            on.append("accounts")
+        if self.max_places_per_address:
+            on.append(f"{self.max_places_per_address} places/address")
+        if self.max_seats_per_buyer:
+            on.append(f"{self.max_seats_per_buyer} seats/buyer")
+        return on
 
     @classmethod
     def defaults_from_settings(cls) -> dict:

@@ -107,7 +107,14 @@ def test_init_event_if_missing_leaves_an_existing_event(event_id):
 
 @pytest.mark.parametrize(
     "args",
-    [["--seats", "-1"], ["--ttl", "0"], ["--batch", "-5"], ["--max-per-booking", "0"]],
+    [
+        ["--seats", "-1"],
+        ["--ttl", "0"],
+        ["--batch", "-5"],
+        ["--max-per-booking", "0"],
+        ["--proof-of-work", "-1"],
+        ["--max-places-per-address", "-2"],
+    ],
 )
 def test_init_event_refuses_bad_values(event_id, args):
     with pytest.raises(CommandError):
@@ -136,3 +143,43 @@ def test_event_status_pause_and_close(event_id, rc, api):
 def test_event_status_unknown_event(db):
     with pytest.raises(CommandError, match="No event"):
         call_command("event_status", "nope", "OPEN")
+
+
+def test_init_event_sets_the_protections(event_id, rc, capsys):
+    call_command(
+        "init_event",
+        event_id,
+        "--proof-of-work",
+        "20000",
+        "--require-account",
+        "--max-places-per-address",
+        "3",
+        "--max-seats-per-buyer",
+        "6",
+    )
+    event = Event.objects.get(event_id=event_id)
+    assert (event.proof_of_work, event.require_account, event.max_places_per_address) == (20_000, True, 3)
+    assert event.max_seats_per_buyer == 6
+    meta = _meta(rc, event_id)
+    assert (meta["proofOfWork"], meta["requireAccount"], meta["maxPerAddress"]) == ("20000", "1", "3")
+    assert (
+        "protections: proof of work 20,000, accounts, 3 places/address, 6 seats/buyer"
+        in capsys.readouterr().out
+    )
+    call_command("init_event", event_id, "--no-require-account", "--proof-of-work", "0")
+    assert _meta(rc, event_id)["requireAccount"] == "0" and _meta(rc, event_id)["proofOfWork"] == "0"
+
+
+def test_init_event_hot_sale_keeps_what_the_operator_chose(event_id, rc):
+    from queue_app.models import HOT_SALE_PLACES_PER_ADDRESS, SUGGESTED_PROOF_OF_WORK
+
+    call_command(
+        "init_event", event_id, "--hot-sale", "--max-per-booking", "3", "--max-places-per-address", "5"
+    )
+    event = Event.objects.get(event_id=event_id)
+    assert (event.proof_of_work, event.max_places_per_address, event.max_seats_per_buyer) == (
+        SUGGESTED_PROOF_OF_WORK,
+        5,
+        3,
+    )
+    assert HOT_SALE_PLACES_PER_ADDRESS == 2 and not event.require_account

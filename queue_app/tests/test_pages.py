@@ -115,8 +115,9 @@ def test_the_admin_shows_live_numbers(operator, make_event, api):
     row = html[html.index(event.event_id) :]
     row = row[: row.index("</tr>")]
     cells = [c.split(">")[-1] for c in row.split("</td>")[:-1]]
-    # waiting, active, seats left, admitted in the last minute, joins refused, bookings
-    assert cells[2:8] == ["3", "1", "7", "2", "forged token 1", "1"], cells
+    # waiting, active, seats left, admitted in the last minute, joins refused,
+    # protections, bookings
+    assert cells[2:9] == ["3", "1", "7", "2", "forged token 1", "–", "1"], cells
 
 
 def test_admin_actions_open_pause_close(operator, make_event, api):
@@ -141,8 +142,15 @@ def _change_event(operator, event, **changes):
         "active_window_seconds",
         "max_active_users",
         "max_seats_per_booking",
+        "proof_of_work",
+        "max_places_per_address",
+        "max_seats_per_buyer",
     )
     data = {f: getattr(event, f) for f in fields} | changes
+    if not data.pop("require_account", event.require_account):
+        data.pop("require_account", None)  # an unticked checkbox sends nothing
+    else:
+        data["require_account"] = "on"
     return operator.post(f"/admin/queue_app/event/{event.pk}/change/", data)
 
 
@@ -191,3 +199,38 @@ def test_a_booking_still_being_decided_has_a_page_that_says_so(client, make_even
     assert resp.status_code == 202
     assert b"Booking being confirmed" in resp.content and b'http-equiv="refresh"' in resp.content
     assert client.get(f"/events/{event.event_id}/reservations/{uuid.uuid4()}/", **HTML).status_code == 404
+
+
+def test_admin_hot_sale_and_protections_off(operator, make_event, api):
+    from queue_app.models import HOT_SALE_PLACES_PER_ADDRESS, SUGGESTED_PROOF_OF_WORK
+
+    event = make_event(max_seats_per_booking=3)
+    resp = operator.post("/admin/queue_app/event/", {"action": "hot_sale", "_selected_action": [event.pk]})
+    assert resp.status_code == 302
+    event.refresh_from_db()
+    assert (event.proof_of_work, event.max_places_per_address, event.max_seats_per_buyer) == (
+        SUGGESTED_PROOF_OF_WORK,
+        HOT_SALE_PLACES_PER_ADDRESS,
+        3,
+    )
+    assert api.join(event.event_id)[1]["error"]["code"] == "PROOF_OF_WORK"  # live at once
+    html = operator.get("/admin/queue_app/event/").content.decode()
+    assert f"proof of work {SUGGESTED_PROOF_OF_WORK:,}, 2 places/address, 3 seats/buyer" in html
+    assert "proof of work 1" in html  # the refused join, counted by reason
+    operator.post("/admin/queue_app/event/", {"action": "protections_off", "_selected_action": [event.pk]})
+    event.refresh_from_db()
+    assert event.protections() == []
+    assert api.join(event.event_id)[0] == 200
+
+
+def test_admin_change_form_sets_the_protections(operator, make_event, api):
+    event = make_event()
+    resp = _change_event(operator, event, require_account=True, max_places_per_address=4)
+    assert resp.status_code == 302
+    meta = r.client().hgetall(r.EventKeys(event.event_id).meta)
+    assert (meta[b"requireAccount"], meta[b"maxPerAddress"]) == (b"1", b"4")
+    from conftest import Api
+
+    assert Api(Client()).join(event.event_id)[1]["error"]["code"] == "ACCOUNT_REQUIRED"  # signed out
+    page = operator.get(f"/admin/queue_app/event/{event.pk}/change/").content.decode()
+    assert "Against scripts and bots" in page

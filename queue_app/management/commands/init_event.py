@@ -1,3 +1,4 @@
+import argparse
 import io
 
 from django.conf import settings
@@ -25,6 +26,25 @@ class Command(BaseCommand):
         parser.add_argument("--max-per-booking", type=int, help="most seats in one booking")
         parser.add_argument("--name", help="display name")
         parser.add_argument(
+            "--proof-of-work", type=int, help="difficulty of the proof of work at join (0 = off)"
+        )
+        parser.add_argument(
+            "--require-account",
+            action=argparse.BooleanOptionalAction,
+            help="joining needs a signed-in account, one place each",
+        )
+        parser.add_argument(
+            "--max-places-per-address", type=int, help="live places per client address (0 = no cap)"
+        )
+        parser.add_argument(
+            "--max-seats-per-buyer", type=int, help="seats per buyer across bookings, by email (0 = no cap)"
+        )
+        parser.add_argument(
+            "--hot-sale",
+            action="store_true",
+            help="proof of work, a cap per address and per buyer, where not given (docs/fairness.md)",
+        )
+        parser.add_argument(
             "--reset",
             action="store_true",
             help="wipe the event's Redis state (line, active window, counters) first",
@@ -35,7 +55,16 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts) -> None:
         event_id = opts["event_id"]
-        for name in ("seats", "batch", "ttl", "max_active", "max_per_booking"):
+        for name in (
+            "seats",
+            "batch",
+            "ttl",
+            "max_active",
+            "max_per_booking",
+            "proof_of_work",
+            "max_places_per_address",
+            "max_seats_per_buyer",
+        ):
             if opts[name] is not None and opts[name] < (1 if name in ("ttl", "max_per_booking") else 0):
                 raise CommandError(f"--{name.replace('_', '-')} must not be {opts[name]}.")
         existing = Event.objects.filter(event_id=event_id).first()
@@ -52,9 +81,15 @@ class Command(BaseCommand):
             ("max_active", "max_active_users"),
             ("max_per_booking", "max_seats_per_booking"),
             ("name", "name"),
+            ("proof_of_work", "proof_of_work"),
+            ("require_account", "require_account"),
+            ("max_places_per_address", "max_places_per_address"),
+            ("max_seats_per_buyer", "max_seats_per_buyer"),
         ):
             if opts[opt] is not None:
                 setattr(event, field, opts[opt])
+        if opts["hot_sale"]:
+            event.apply_hot_sale()
         try:
             event.full_clean()
         except ValidationError as exc:
@@ -77,5 +112,6 @@ class Command(BaseCommand):
         self.stdout.write(
             f"{verb} event {event_id}: {event.total_seats} seats ({left} left), "
             f"{event.admit_per_second}/s, window {event.active_window_seconds}s, "
-            f"max active {event.max_active_users or 'no cap'}, status {event.status}."
+            f"max active {event.max_active_users or 'no cap'}, status {event.status}; "
+            f"protections: {', '.join(event.protections()) or 'none'}."
         )
