@@ -1,12 +1,14 @@
 """The admission tick at N waiting: how long one tick takes.
 
     .venv/bin/python bench/tick.py [--waiting 2000000] [--samples 200]
-        [--holes 100000 --spread head|even]
+        [--holes 100000 --spread head|even] [--hot-sale]
 
 With --holes, that many people leave first: the first ones in line (head), or one
 in every waiting/holes along the whole line (even). The runs of holes at the head
 are compacted away before a tick (lua/compact.lua, in calls of COMPACT_CHUNK), off
-the admit script's path: each compaction call is timed too.
+the admit script's path: each compaction call is timed too. With --hot-sale, the
+event has the hot-sale protections on and every person joins from another address
+with a proof of work of their own: the most Redis keeps per person.
 
 Fills a fresh event's line through the join script (pipelined, not HTTP), then
 times the admit script: the round trip seen by the worker and the time Redis spent
@@ -125,16 +127,23 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=70)
     parser.add_argument("--holes", type=int, default=0)
     parser.add_argument("--spread", choices=("head", "even"), default="head")
+    parser.add_argument(
+        "--hot-sale",
+        action="store_true",
+        help="the hot-sale protections on, everyone from another address with a proof of work",
+    )
     args = parser.parse_args()
 
     event_id = f"bench-tick-{uuid.uuid4().hex[:8]}"
     event = Event(event_id=event_id, total_seats=100, admit_per_second=args.batch)
+    if args.hot_sale:
+        event.apply_hot_sale()
     client = r.client()
     services.event_publish(event)
     try:
         memory = client.info("memory")["used_memory"]
         started = time.perf_counter()
-        services.queue_join_many(event_id=event_id, count=args.waiting)
+        services.queue_join_many(event_id=event_id, count=args.waiting, distinct=args.hot_sale)
         fill = time.perf_counter() - started
         memory = client.info("memory")["used_memory"] - memory
         if args.holes:

@@ -14,7 +14,8 @@
 -- client address (TOO_MANY_PLACES); proofOfWork: a solved challenge, used once
 -- (PROOF_OF_WORK). A live place is one waiting (its number past `popped`, not
 -- left) or active (its window not passed); an owner's list of places is pruned of
--- the others whenever it is read.
+-- the others whenever it is read. A place is kept as its token's nonce and number
+-- (9 bytes), the token signed again when it is needed.
 --
 -- KEYS[1] meta    HASH    status, requireAccount, proofOfWork, maxPerAddress
 -- KEYS[2] seq     STRING  last arrival number issued
@@ -25,9 +26,10 @@
 -- KEYS[7] popped  STRING  arrival numbers already taken off the head of the line
 -- KEYS[8] oldbucket HASH  rejoin: the old token's bucket
 -- KEYS[9] left    ZSET    arrival numbers of people who left the line
--- KEYS[10] accountplaces HASH account -> its live place (16 bytes)
--- KEYS[11] addressplaces HASH client address -> its live places (16 bytes each)
--- KEYS[12] proofs HASH    marks of the proof-of-work solutions used (expires with them)
+-- KEYS[10] accountplaces HASH account -> its live place (9 bytes: nonce, number)
+-- KEYS[11] addressplaces HASH client address -> its live places (9 bytes each)
+-- KEYS[12] proofs SET     marks of the proof-of-work solutions used (integers, so
+--                         Redis keeps them 4 bytes each; the set expires with them)
 -- ARGV[1] rejoin: the old token, 16 raw bytes; join: ''
 -- ARGV[2] nonce for a new token, 4 raw bytes
 -- ARGV[3] event id
@@ -35,7 +37,7 @@
 -- ARGV[5] the key's outer HMAC pad, 64 bytes
 -- ARGV[6] the signed-in account's id, or ''
 -- ARGV[7] the client's address (packed IPv4, or the IPv6 /64), or ''
--- ARGV[8] the verified solution's mark, or '' when none was sent
+-- ARGV[8] the verified solution's mark (an integer), or '' when none was sent
 -- ARGV[9] when KEYS[12] may expire (unix ms)
 --
 -- Returns {outcome, ...}: {'JOINED', joinedAtMs, token}; a rejoin that keeps its
@@ -70,23 +72,47 @@ if old ~= '' then
   if expires and tonumber(expires) > now then return {'ACTIVE', 0} end
 end
 
--- 'ACTIVE', 'WAITING', or nil: the token's place is gone (admitted and expired,
--- booked, or left). The token carries its arrival number in bytes 10-14.
-local function live(token)
-  local expires = redis.call('ZSCORE', KEYS[5], token)
-  if expires and tonumber(expires) > now then return 'ACTIVE' end
-  local b1, b2, b3, b4, b5 = token:byte(10, 14)
+-- The token of a nonce and an arrival number (5 bytes): HMAC-SHA1 = SHA1(opad ..
+-- SHA1(ipad .. message)); sha1hex answers hex, turned into bytes 4 at a time (8
+-- hex digits): half the cost of a byte at a time.
+local function sign(nonce, number)
+  local inner, h, k = {}, redis.sha1hex(ARGV[4] .. ARGV[3] .. '\0' .. nonce .. number), 0
+  for j = 1, 33, 8 do
+    local n = tonumber(h:sub(j, j + 7), 16)
+    inner[k + 1], inner[k + 2] = math.floor(n / 16777216), math.floor(n / 65536) % 256
+    inner[k + 3], inner[k + 4] = math.floor(n / 256) % 256, n % 256
+    k = k + 4
+  end
+  local mac = redis.sha1hex(ARGV[5] .. string.char(unpack(inner)))
+  local m = {}
+  for j = 1, 7 do m[j] = tonumber(mac:sub(2 * j - 1, 2 * j), 16) end
+  return nonce .. string.char(m[1], m[2], 0x80 + m[3] % 16, m[4], 0x80 + m[5] % 64) .. number
+    .. string.char(m[6], m[7])
+end
+
+-- A place (nonce .. number) is 'WAITING', 'ACTIVE', or nil: gone (admitted and
+-- its window passed, booked, or left).
+local function live(place)
+  local b1, b2, b3, b4, b5 = place:byte(5, 9)
   local number = (((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5
-  if number > popped and not redis.call('ZSCORE', KEYS[9], tostring(number)) then return 'WAITING' end
+  if number > popped then
+    if redis.call('ZSCORE', KEYS[9], tostring(number)) then return nil end
+    return 'WAITING'
+  end
+  local expires = redis.call('ZSCORE', KEYS[5], sign(place:sub(1, 4), place:sub(5, 9)))
+  if expires and tonumber(expires) > now then return 'ACTIVE' end
   return nil
 end
 
--- An owner's live places.
-local function held(places, owner)
-  local list, kept = redis.call('HGET', places, owner) or '', {}
-  for i = 1, #list - 15, 16 do
-    local token = list:sub(i, i + 15)
-    if live(token) then kept[#kept + 1] = token end
+-- The live places of an owner in the hash KEYS[i]. (ZCARD: the keys `live` may read are sorted sets, or
+-- the script fails here, before any write.)
+local function held(i, owner)
+  redis.call('ZCARD', KEYS[5])
+  redis.call('ZCARD', KEYS[9])
+  local list, kept = redis.call('HGET', KEYS[i], owner) or '', {}
+  for i = 1, #list - 8, 9 do
+    local place = list:sub(i, i + 8)
+    if live(place) then kept[#kept + 1] = place end
   end
   return kept
 end
@@ -94,18 +120,18 @@ end
 local account, address = ARGV[6], ARGV[7]
 if meta[2] == '1' then
   if account == '' then return {'ACCOUNT_REQUIRED'} end
-  local place = held(KEYS[10], account)[1]
-  if place then return {'HELD', live(place), place} end
+  local place = held(10, account)[1]
+  if place then return {'HELD', live(place), sign(place:sub(1, 4), place:sub(5, 9))} end
 end
 local cap, by_address = tonumber(meta[4] or 0) or 0, nil
 if cap > 0 and address ~= '' then
-  by_address = held(KEYS[11], address)
+  by_address = held(11, address)
   if #by_address >= cap then return {'TOO_MANY_PLACES', cap} end
 end
 local proof = (tonumber(meta[3] or 0) or 0) > 0
 if proof then
   if ARGV[8] == '' then return {'PROOF_OF_WORK', 'missing'} end
-  if redis.call('HEXISTS', KEYS[12], ARGV[8]) == 1 then return {'PROOF_OF_WORK', 'used'} end
+  if redis.call('SISMEMBER', KEYS[12], ARGV[8]) == 1 then return {'PROOF_OF_WORK', 'used'} end
 end
 
 -- The keys about to be written, checked first: RPUSH into a line that is not a list
@@ -118,31 +144,19 @@ end
 if #ARGV[2] ~= 4 or #ARGV[4] ~= 64 or #ARGV[5] ~= 64 then error('nonce or key pads of the wrong size') end
 redis.call('LLEN', KEYS[3])
 redis.call('HLEN', KEYS[4])
-if proof then redis.call('HLEN', KEYS[12]) end
+if proof then redis.call('SCARD', KEYS[12]) end
 
 local seq = redis.call('INCR', KEYS[2])
 local number = string.char(math.floor(seq / 4294967296) % 256, math.floor(seq / 16777216) % 256,
   math.floor(seq / 65536) % 256, math.floor(seq / 256) % 256, seq % 256)
--- HMAC-SHA1 = SHA1(opad .. SHA1(ipad .. message)); sha1hex answers hex, turned into
--- bytes 4 at a time (8 hex digits): half the cost of a byte at a time.
-local inner, h, k = {}, redis.sha1hex(ARGV[4] .. ARGV[3] .. '\0' .. ARGV[2] .. number), 0
-for j = 1, 33, 8 do
-  local n = tonumber(h:sub(j, j + 7), 16)
-  inner[k + 1], inner[k + 2] = math.floor(n / 16777216), math.floor(n / 65536) % 256
-  inner[k + 3], inner[k + 4] = math.floor(n / 256) % 256, n % 256
-  k = k + 4
-end
-local mac = redis.sha1hex(ARGV[5] .. string.char(unpack(inner)))
-local m = {}
-for j = 1, 7 do m[j] = tonumber(mac:sub(2 * j - 1, 2 * j), 16) end
-local token = ARGV[2] .. string.char(m[1], m[2], 0x80 + m[3] % 16, m[4], 0x80 + m[5] % 64) .. number
-  .. string.char(m[6], m[7])
+local token = sign(ARGV[2], number)
 redis.call('RPUSH', KEYS[3], token)
 redis.call('HSET', KEYS[4], token, seq)
-if meta[2] == '1' then redis.call('HSET', KEYS[10], account, token) end
-if by_address then redis.call('HSET', KEYS[11], address, table.concat(by_address) .. token) end
+local place = ARGV[2] .. number
+if meta[2] == '1' then redis.call('HSET', KEYS[10], account, place) end
+if by_address then redis.call('HSET', KEYS[11], address, table.concat(by_address) .. place) end
 if proof then
-  redis.call('HSET', KEYS[12], ARGV[8], 1)
+  redis.call('SADD', KEYS[12], ARGV[8])
   redis.call('PEXPIREAT', KEYS[12], ARGV[9])
 end
 return {'JOINED', now, token}

@@ -72,6 +72,13 @@ class Proof:
     mark: bytes  # 8 bytes of the challenge's random nonce
     expires_at: int  # unix seconds
 
+    @property
+    def member(self) -> int:
+        """The mark within its set (bytes 0-1 pick the set, EventKeys.proofs): 31
+        bits, an integer Redis keeps in 4 bytes; 47 bits in all tell apart the
+        solutions of one minute's challenges."""
+        return int.from_bytes(self.mark[2:6], "big") >> 1
+
 
 def parse_payload(value: object) -> str | None:
     if value is None or value == "":

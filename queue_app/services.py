@@ -5,6 +5,7 @@ servers can never interleave a check and an act.
 """
 
 import logging
+import os
 import random
 import re
 import time
@@ -109,6 +110,13 @@ class Client:
 def _join_call(event_id: str, token: Token | None, proof: str | None, client: Client) -> Call:
     """join (token None) or rejoin: the script issues and signs a new token when the
     person goes to the back; its index bucket is the new nonce's."""
+    solved = None if proof is None else queue_proof.verify(event_id, proof)
+    return _join_script_call(event_id, token, solved, client)
+
+
+def _join_script_call(
+    event_id: str, token: Token | None, solved: queue_proof.Proof | None, client: Client
+) -> Call:
     k = r.event_keys(event_id)
     nonce = tokens.new_nonce()
     if token is None:
@@ -117,10 +125,9 @@ def _join_call(event_id: str, token: Token | None, proof: str | None, client: Cl
     else:
         issued(event_id, token)
         old, booked, old_bucket = token.raw, k.booked(token.text), k.bucket(token.raw)
-    mark, proofs, proofs_until = b"", k.meta, 0
-    if proof is not None:
-        solved = queue_proof.verify(event_id, proof)
-        mark, proofs = solved.mark, k.proofs(solved.mark, solved.expires_at)
+    mark, proofs, proofs_until = "", k.meta, 0
+    if solved is not None:
+        mark, proofs = str(solved.member), k.proofs(solved.mark, solved.expires_at)
         proofs_until = (solved.expires_at // 60 + 1) * 60_000 + 1_000
     account = client.account.encode()
     keys = [
@@ -413,14 +420,23 @@ def events_admit() -> list[Tick]:
     return ticks
 
 
-def queue_join_many(*, event_id: str, count: int, chunk: int = 10_000) -> None:
+def queue_join_many(*, event_id: str, count: int, chunk: int = 10_000, distinct: bool = False) -> None:
     """Put `count` fresh tokens in line through the join script, pipelined: the way
-    load tests and drills fill a line with millions without HTTP."""
+    load tests and drills fill a line with millions without HTTP. `distinct`: each
+    from another IPv4 address, with a solved proof of work of its own (as the
+    event's protections would keep them; the proofs are not verified here)."""
     r.load("join")
+    expires = int(time.time()) + queue_proof.VALID_SECONDS
+    n = 0
     while count > 0:
         pipe = r.client().pipeline(transaction=False)
         for _ in range(min(chunk, count)):
-            r.run(*_join_call(event_id, None, None, _ANYONE), on=pipe)
+            n += 1
+            solved, client = None, _ANYONE
+            if distinct:
+                solved = queue_proof.Proof(os.urandom(8), expires)
+                client = Client(address=(0x0B000000 + n).to_bytes(4, "big"))
+            r.run(*_join_script_call(event_id, None, solved, client), on=pipe)
         count -= len(pipe.execute())
 
 

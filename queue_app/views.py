@@ -1,8 +1,11 @@
 """Browser pages of the waiting room. The live parts (join, position, admission)
 are the JSON API driven by static/js/waiting-room.js; these views render the frame."""
 
+from urllib.parse import quote
+
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
+from django.templatetags.static import static
 from django.urls import reverse
 from django.utils.translation import gettext as _
 
@@ -28,9 +31,18 @@ def waiting_room(request: HttpRequest, event_id: str) -> HttpResponse:
             "join": reverse("queue-join"),
             "rejoin": reverse("queue-rejoin"),
             "poll": reverse("status-poll"),
+            "challenge": reverse("queue-challenge"),
         },
         "bookUrl": reverse("book", args=[event.event_id]),
         "confirmationUrl": reverse("confirmation", args=[event.event_id, "RID"]),
+        # Proof of work at join: the page solves it in the background, with the
+        # vendored ALTCHA widget (loaded by the template only when asked, and by the
+        # script should the event start asking while the page is open).
+        "proofOfWork": event.proof_of_work > 0,
+        "widget": static("vendor/altcha/altcha.min.js"),
+        "requireAccount": event.require_account,
+        "signedIn": request.user.is_authenticated,
+        "loginUrl": reverse("login") + "?next=" + quote(request.path),
         "strings": {
             "joining": _("Joining the line…"),
             "position": _("You are number %(rank)s in line"),
@@ -45,6 +57,11 @@ def waiting_room(request: HttpRequest, event_id: str) -> HttpResponse:
             "paused": _("The sale is paused. You keep your place in line."),
             "networkError": _("We could not reach the waiting room. Retrying…"),
             "rateLimited": _("Too many requests. Retrying in a moment…"),
+            "checking": _("Checking that you are a person… (this takes a second or two)"),
+            "checkFailed": _("The check did not pass. Trying again…"),
+            "tooManyPlaces": _("You already hold as many places as this address may."),
+            "signIn": _("Sign in to join this line."),
+            "signInLink": _("Sign in"),
         },
     }
     return render(request, "queue_app/waiting_room.html", {"event": event, "config": config})

@@ -225,13 +225,13 @@ class EventKeys:
 
     def places(self, owner: bytes) -> str:
         """The hash that holds an owner's live places (an account's, or a client
-        address's): owner -> its tokens, 16 bytes each. 65,536 small hashes, so each
-        stays in Redis' compact encoding."""
+        address's): owner -> its places, 9 bytes each (lua/join.lua). 65,536 small
+        hashes, so each stays in Redis' compact encoding."""
         return self.places_prefix + format(zlib.crc32(owner) & 0xFFFF, "04x")
 
     def proofs(self, mark: bytes, expires_at: int) -> str:
-        """The hash of the proof-of-work solutions used, of challenges expiring in the
-        same minute as this one (the hash expires with them)."""
+        """The set of the proof-of-work solutions used, of challenges expiring in the
+        same minute as this one (the set expires with them)."""
         return f"{self.proofs_prefix}{expires_at // 60}:{mark[:2].hex()}"
 
     def booked(self, token: str) -> str:

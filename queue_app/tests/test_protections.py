@@ -290,3 +290,14 @@ def test_a_signed_in_join_needs_the_csrf_token(make_event, user):
     browser.force_login(user)
     resp = browser.post("/api/queue/join", {"eventId": event.event_id}, content_type="application/json")
     assert resp.status_code == 403 and resp.json()["error"]["code"] == "CSRF_FAILED"
+
+
+def test_an_admitted_account_gets_its_active_place_back(make_event):
+    """A place is kept as its nonce and number; the token handed back is signed
+    again, and is the one the account was given."""
+    event = make_event(require_account=True, admit_per_second=10)
+    client = services.Client(account="99")
+    first = services.queue_join(event_id=event.event_id, client=client).token
+    services.event_admit(event.event_id)
+    again = services.queue_join(event_id=event.event_id, client=client)
+    assert (again.token, again.status, again.joined_at) == (first, "ACTIVE", None)

@@ -1,6 +1,8 @@
 // The waiting room: join on the first visit, keep the token (localStorage and a
 // cookie, so F5 keeps the place), poll at the server's nextPollMs, and move to the
-// booking page when admitted.
+// booking page when admitted. When the event asks for proof of work, the join
+// carries a solved challenge (ALTCHA, static/vendor/altcha), solved in the
+// background while the page says so.
 (function () {
   "use strict";
   const cfg = JSON.parse(document.getElementById("room-config").textContent);
@@ -14,6 +16,11 @@
   const num = (n) => Number(n).toLocaleString(document.documentElement.lang);
   let timer = null;
   let failures = 0;
+  // Solutions refused in a row (expired, or used before): a few new challenges at
+  // once, then only at the pace of the retries' back-off, so that a phone's CPU is
+  // not kept busy for nothing.
+  const MAX_CHECKS = 3;
+  let checks = 0;
 
   function show(state) {
     room.dataset.state = state;
@@ -92,8 +99,115 @@
       return true;
     }
     if (error.code === "RATE_LIMIT") { retry(S.rateLimited); return true; }
+    if (error.code === "ACCOUNT_REQUIRED") { signIn(); return true; }
+    if (error.code === "TOO_MANY_PLACES") { refused(S.tooManyPlaces); return true; }
     showError(error.message);
     return true;
+  }
+
+  function signIn() {
+    showError("");
+    $("signin-message").textContent = S.signIn;
+    const link = $("signin-link");
+    link.textContent = S.signInLink;
+    link.href = cfg.loginUrl;
+    show("signin");
+  }
+
+  function refused(text) {
+    showError("");
+    $("refused-message").textContent = text;
+    show("refused");
+  }
+
+  function status(text) {
+    $("joining").textContent = text;
+    show("joining");
+  }
+
+  // The widget's script: the template loads it when the event asks for proof of
+  // work; an event that starts asking while this page is open gets it loaded here.
+  function widgetReady() {
+    if (!customElements.get("altcha-widget") &&
+        !document.querySelector('script[src="' + cfg.widget + '"]')) {
+      const script = document.createElement("script");
+      script.type = "module";
+      script.src = cfg.widget;
+      document.head.appendChild(script);
+    }
+    return Promise.race([
+      customElements.whenDefined("altcha-widget"),
+      new Promise((_, reject) => setTimeout(() => reject(new Error("widget not loaded")), 30000)),
+    ]);
+  }
+
+  // One challenge solved by an invisible <altcha-widget>, in its Web Workers: the
+  // payload of its "verified" event, or an error. The time it took is kept on
+  // <html data-pow-ms> (the browser tests read it).
+  function solve(challenge) {
+    return new Promise((resolve, reject) => {
+      const widget = document.createElement("altcha-widget");
+      widget.setAttribute("display", "invisible");
+      widget.setAttribute("auto", "onload");
+      widget.setAttribute("challenge", JSON.stringify(challenge));
+      widget.setAttribute("configuration", JSON.stringify({
+        minDuration: 0, // no pause added after a quick solve
+        humanInteractionSignature: false, // no pointer and scroll tracking
+        hideFooter: true,
+        hideLogo: true,
+      }));
+      const started = performance.now();
+      widget.addEventListener("verified", (e) => {
+        document.documentElement.dataset.powMs = String(Math.round(performance.now() - started));
+        widget.remove();
+        resolve(e.detail.payload);
+      });
+      widget.addEventListener("statechange", (e) => {
+        if (e.detail.state !== "error" && e.detail.state !== "expired") return;
+        widget.remove();
+        reject(new Error("the proof of work failed: " + e.detail.state));
+      });
+      $("pow").replaceChildren(widget);
+    });
+  }
+
+  // Fetch a challenge, solve it, then enter with the solution. Network trouble
+  // backs off as a poll does (and comes back here).
+  async function prove(rejoin, text) {
+    showError("");
+    status(text || S.checking);
+    let answer;
+    try {
+      answer = await call("GET", cfg.api.challenge + "?eventId=" + encodeURIComponent(cfg.eventId));
+    } catch (e) {
+      return retry();
+    }
+    if (answer.status !== 200 || !answer.payload) {
+      if (answer.status >= 500 || !answer.payload) return retry();
+      return refusal(answer);
+    }
+    const data = answer.payload.data;
+    if (!data.required) return enter(rejoin, null); // the event stopped asking
+    let payload;
+    try {
+      await widgetReady();
+      payload = await solve(data.challenge);
+    } catch (e) {
+      return checkFailed(rejoin);
+    }
+    status(S.joining);
+    return enter(rejoin, payload);
+  }
+
+  // A solution refused (expired, used before) or a solve that failed: a new
+  // challenge, a few times; then again after a pause, as for network trouble.
+  function checkFailed(rejoin) {
+    checks += 1;
+    if (checks >= MAX_CHECKS) {
+      checks = 0;
+      return retry(S.checkFailed);
+    }
+    return prove(rejoin, S.checkFailed);
   }
 
   function booked(reservationId) {
@@ -101,21 +215,33 @@
     show("booked");
   }
 
-  async function enter(rejoin) {
+  // Join, or rejoin with the token kept. `proof` is a solved challenge's payload:
+  // undefined when none was asked for yet, null when the event asks for none.
+  async function enter(rejoin, proof) {
+    if (cfg.requireAccount && !cfg.signedIn) return signIn();
     const token = readToken();
+    // A new place needs a solution; a rejoin tries without one first (keeping a
+    // place needs none) and solves only when the answer asks for it.
+    if (cfg.proofOfWork && !token && proof === undefined) return prove(rejoin);
+    const body = { eventId: cfg.eventId };
+    if (token) body.token = token;
+    if (proof) body.altcha = proof;
     let answer;
     try {
-      answer = token
-        ? await call("POST", cfg.api.rejoin, { token: token, eventId: cfg.eventId })
-        : await call("POST", cfg.api.join, { eventId: cfg.eventId });
+      answer = await call("POST", token ? cfg.api.rejoin : cfg.api.join, body);
     } catch (e) {
       return retry();
     }
     if (answer.status !== 200) {
       if (answer.status >= 500) return retry();
-      if (token && isForeign(answer)) { forgetToken(); return enter(rejoin); }
+      if (token && isForeign(answer)) { forgetToken(); return enter(rejoin, proof); }
+      const error = answer.payload && answer.payload.error;
+      if (error && error.code === "PROOF_OF_WORK") {
+        return proof ? checkFailed(rejoin) : prove(rejoin);
+      }
       return refusal(answer);
     }
+    checks = 0;
     const data = answer.payload.data;
     keepToken(data.token);
     if (rejoin || !data.rejoined) {

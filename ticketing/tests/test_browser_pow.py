@@ -1,0 +1,221 @@
+"""Proof of work at join, in headless Chromium as a phone: a phone-sized touch
+screen and the page's CPU slowed 4x (DevTools' CPU throttling). The waiting room
+solves the event's ALTCHA challenge in the background with the vendored widget,
+then joins with the solution. The measured solve time goes to
+test-artifacts/pow.json (bench/pow_browser.py measures it per difficulty)."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.test import Client
+from django.urls import reverse
+
+from booking_app.models import Reservation
+from booking_app.tests.conftest import admit_all
+from queue_app import services as queue
+from queue_app.models import SUGGESTED_PROOF_OF_WORK
+from ticketing.tests.test_browser import browser, rank_shown  # noqa: F401 (browser is a fixture)
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+ARTIFACTS = Path(settings.BASE_DIR) / "test-artifacts"
+CHECKING = "Checking that you are a person… (this takes a second or two)"
+CHECK_FAILED = "The check did not pass. Trying again…"
+# Every (state, status line) the room shows, from the first paint: a status shown for
+# a moment is still seen by the test.
+RECORD_STATUS = """
+window.__statuses = [];
+document.addEventListener("DOMContentLoaded", () => {
+  const room = document.getElementById("room");
+  if (!room) return;
+  const note = () => {
+    const seen = [room.dataset.state, document.getElementById("joining").textContent];
+    const last = window.__statuses[window.__statuses.length - 1];
+    if (!last || last[0] !== seen[0] || last[1] !== seen[1]) window.__statuses.push(seen);
+  };
+  note();
+  const all = { attributes: true, childList: true, subtree: true, characterData: true };
+  new MutationObserver(note).observe(room, all);
+});
+"""
+
+
+@pytest.fixture
+def phone(browser, live_server):  # noqa: F811 (the fixture imported above)
+    """A phone: small touch screen, English, and a CPU 4x slower than this machine's."""
+    context = browser.new_context(
+        locale="en-US",
+        viewport={"width": 390, "height": 844},
+        device_scale_factor=3,
+        is_mobile=True,
+        has_touch=True,
+        base_url=live_server.url,
+    )
+    context.add_init_script(RECORD_STATUS)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    context.new_cdp_session(page).send("Emulation.setCPUThrottlingRate", {"rate": 4})
+    yield page
+    context.close()
+
+
+def statuses(page) -> list[tuple[str, str]]:
+    return [tuple(s) for s in page.evaluate("window.__statuses")]
+
+
+def api_join(event_id: str, altcha: str) -> dict:
+    answer = Client().post(
+        reverse("queue-join"), {"eventId": event_id, "altcha": altcha}, content_type="application/json"
+    )
+    return {"status": answer.status_code, **answer.json()}
+
+
+def test_the_whole_journey_with_proof_of_work(phone, make_event):
+    event = make_event(name="KTX Seollal 07:00", total_seats=10, proof_of_work=SUGGESTED_PROOF_OF_WORK)
+
+    with phone.expect_request(lambda r: r.url.endswith("/api/queue/join") and r.method == "POST") as joined:
+        phone.goto(f"/events/{event.event_id}/")
+    payload = joined.value.post_data_json.get("altcha")
+    assert payload, "the join carried no proof of work"
+    phone.wait_for_function("document.querySelector('#position').textContent.includes('number 1')")
+    assert ("joining", CHECKING) in statuses(phone)  # the person was told what was happening
+    assert phone.locator("altcha-widget").count() == 0  # nothing left on the page
+
+    solve_ms = int(phone.evaluate("document.documentElement.dataset.powMs"))
+    workers = phone.evaluate("navigator.hardwareConcurrency")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    figures = {
+        "difficulty": SUGGESTED_PROOF_OF_WORK,
+        "cpuThrottling": 4,
+        "workers": workers,
+        "solveMs": solve_ms,
+    }
+    (ARTIFACTS / "pow.json").write_text(json.dumps(figures, indent=2) + "\n")
+    print(f"\nproof of work {SUGGESTED_PROOF_OF_WORK:,}: {solve_ms} ms (CPU 4x slower, {workers} workers)")
+
+    # A solution works once: the same payload, sent again, is refused.
+    again = api_join(event.event_id, payload)
+    assert (again["status"], again["error"]["code"]) == (403, "PROOF_OF_WORK")
+    assert queue.event_live_numbers(event.event_id)["waiting"] == 1
+
+    admit_all(event.event_id)
+    phone.wait_for_url(re.compile(r"/book/$"))
+    phone.select_option("#id_seat_count", "2")
+    phone.fill("#id_buyer_name", "Park Jisoo")
+    phone.fill("#id_buyer_email", "jisoo@example.com")
+    phone.get_by_role("button", name="Confirm booking").click()
+    phone.wait_for_url(re.compile(r"/reservations/"))
+    rid = phone.locator("#reservation-id").inner_text()
+    row = Reservation.objects.get(reservation_id=rid)
+    assert (row.seat_count, row.status) == (2, "CONFIRMED")
+
+
+def test_an_account_event_asks_a_signed_out_person_to_sign_in(phone, make_event):
+    event = make_event(require_account=True, proof_of_work=SUGGESTED_PROOF_OF_WORK)
+    asked: list[str] = []
+    phone.on("request", lambda r: asked.append(r.url) if "/api/queue/" in r.url else None)
+
+    phone.goto(f"/events/{event.event_id}/")
+    phone.get_by_role("heading", name="Sign in to join this line.").wait_for()
+    link = phone.locator("#signin-link")
+    assert link.inner_text() == "Sign in"
+    assert link.get_attribute("href") == f"{reverse('login')}?next=/events/{event.event_id}/"
+    (ARTIFACTS / "screenshots").mkdir(parents=True, exist_ok=True)
+    phone.screenshot(path=str(ARTIFACTS / "screenshots" / "pow-sign-in.png"), full_page=True)
+    assert asked == []  # no challenge solved, no join tried
+    numbers = queue.event_live_numbers(event.event_id)
+    assert (numbers["waiting"], numbers["active"]) == (0, 0)
+
+
+def test_a_signed_in_person_joins_an_account_event(phone, make_event, live_server):
+    event = make_event(require_account=True, proof_of_work=10_000)
+    user = get_user_model().objects.create_user("minji", password="not-used-here-1")
+    client = Client()
+    client.force_login(user)
+    session = client.cookies[settings.SESSION_COOKIE_NAME].value
+    phone.context.add_cookies(
+        [{"name": settings.SESSION_COOKIE_NAME, "value": session, "url": live_server.url}]
+    )
+
+    with phone.expect_request(lambda r: r.url.endswith("/api/queue/join") and r.method == "POST") as joined:
+        phone.goto(f"/events/{event.event_id}/")
+    assert joined.value.post_data_json.get("altcha")
+    assert joined.value.headers.get("x-csrftoken")  # a signed-in join is checked for CSRF
+    phone.wait_for_function("document.querySelector('#position').textContent.includes('number 1')")
+
+
+def test_a_rejoin_at_the_back_solves_only_when_asked(phone, make_event):
+    event = make_event(proof_of_work=10_000)
+    phone.goto(f"/events/{event.event_id}/")
+    phone.wait_for_function("document.querySelector('#position').textContent.includes('number 1')")
+    token = phone.evaluate(f"localStorage.getItem('queueToken:{event.event_id}')")
+    left = Client().delete(f"{reverse('queue-leave')}?token={token}&eventId={event.event_id}")
+    assert left.status_code == 200
+    rejoins: list[dict] = []
+    phone.on(
+        "request", lambda r: rejoins.append(r.post_data_json) if r.url.endswith("/api/queue/rejoin") else None
+    )
+
+    phone.reload()  # the line forgot this token: rejoin, at the back
+    phone.wait_for_function(f"localStorage.getItem('queueToken:{event.event_id}') !== '{token}'")
+    phone.wait_for_function("document.querySelector('#position').textContent.includes('number 1')")
+    assert [("altcha" in body) for body in rejoins] == [False, True]  # first without, then solved
+
+
+def test_a_refused_solution_is_solved_again(phone, make_event):
+    """An expired or used solution: a new challenge, solved again, and the place."""
+    event = make_event(proof_of_work=10_000)
+    refusals = {"left": 1}
+
+    def join_route(route):
+        if refusals["left"]:
+            refusals["left"] -= 1
+            route.fulfill(
+                status=403,
+                content_type="application/json",
+                body='{"success": false, "error": {"code": "PROOF_OF_WORK", "message": "used before"}}',
+            )
+        else:
+            route.continue_()
+
+    phone.route("**/api/queue/join", join_route)
+    phone.goto(f"/events/{event.event_id}/")
+    phone.wait_for_function("document.querySelector('#position').textContent.includes('number 1')")
+    assert ("joining", CHECK_FAILED) in statuses(phone)
+    assert rank_shown(phone) == 1
+
+
+def test_solutions_refused_again_and_again_are_retried_slowly(phone, make_event):
+    event = make_event(proof_of_work=10_000)
+    joins: list[str] = []
+
+    def join_route(route):
+        joins.append(route.request.post_data_json["altcha"])
+        route.fulfill(
+            status=403,
+            content_type="application/json",
+            body='{"success": false, "error": {"code": "PROOF_OF_WORK", "message": "expired"}}',
+        )
+
+    phone.route("**/api/queue/join", join_route)
+    phone.goto(f"/events/{event.event_id}/")
+    phone.locator("#error").get_by_text(CHECK_FAILED).wait_for()
+    (ARTIFACTS / "screenshots").mkdir(parents=True, exist_ok=True)
+    phone.screenshot(path=str(ARTIFACTS / "screenshots" / "pow-check-failed.png"), full_page=True)
+    assert len(joins) == 3 and len(set(joins)) == 3  # three challenges, each solved
+    phone.wait_for_timeout(1000)
+    assert len(joins) == 3  # then a pause (the retries' back-off), not a busy loop
+
+
+def test_an_address_at_its_cap_is_told_so(phone, make_event):
+    event = make_event(max_places_per_address=1)
+    first = Client().post(reverse("queue-join"), {"eventId": event.event_id}, content_type="application/json")
+    assert first.status_code == 200  # this address's one place
+
+    phone.goto(f"/events/{event.event_id}/")
+    phone.get_by_role("heading", name="You already hold as many places as this address may.").wait_for()
+    assert queue.event_live_numbers(event.event_id)["waiting"] == 1
