@@ -39,6 +39,7 @@ def _test_settings(settings) -> None:
     settings.RATE_LIMIT_LEAVE = 0
     settings.RATE_LIMIT_BOOKING = 0
     settings.RATE_LIMIT_BOOKING_TOKEN = 0
+    settings.RATE_LIMIT_SIGN_IN = 0
     # Pages render without `collectstatic` having run (production keeps the manifest).
     settings.STORAGES = {
         **settings.STORAGES,

@@ -17,6 +17,9 @@ from django.utils.translation import gettext_lazy as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
 
+from ticketing import redis as r
+from ticketing.ratelimit import client_ip, client_net
+
 
 class SignInForm(AuthenticationForm):
     """Django's form with the site's wording: Django's Korean for the field name
@@ -30,6 +33,21 @@ class SignInForm(AuthenticationForm):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.fields["username"].label = _("Username")
+
+    def clean(self) -> dict:
+        """Count the attempt first: password guessing is limited per client (an IPv4
+        address or an IPv6 /64) and minute, right passwords included, so a script
+        learns nothing from which attempts were refused."""
+        per_minute = settings.RATE_LIMIT_SIGN_IN
+        if per_minute > 0 and self.request is not None:
+            counter = r.ratelimit_key("sign-in", client_net(client_ip(self.request.META)))
+            allowed, _reset_ms = r.run("ratelimit", [counter], [per_minute, 60_000])
+            if not allowed:
+                raise forms.ValidationError(
+                    _("Too many sign-in attempts from your network. Try again in a minute."),
+                    code="rate_limit",
+                )
+        return super().clean()
 
 
 class SignUpForm(UserCreationForm):

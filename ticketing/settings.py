@@ -161,6 +161,7 @@ RATE_LIMIT_LEAVE = _int("RATE_LIMIT_LEAVE", 5)
 # Bookings per client address, and per token, per second (0: off).
 RATE_LIMIT_BOOKING = _int("RATE_LIMIT_BOOKING", 10)
 RATE_LIMIT_BOOKING_TOKEN = _int("RATE_LIMIT_BOOKING_TOKEN", 2)
+RATE_LIMIT_SIGN_IN = _int("RATE_LIMIT_SIGN_IN", 10)  # per client and minute: password guessing
 # X-Forwarded-For is believed only when the peer is one of these.
 TRUSTED_PROXIES = _networks("TRUSTED_PROXIES")
 

@@ -1,5 +1,7 @@
 """Sign-in, sign-up and sign-out pages (Django's auth), in English and Korean."""
 
+import uuid
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import User
@@ -167,3 +169,26 @@ def test_sign_up_racing_another_for_the_name_says_so(client: Client, alice: User
     assert page.status_code == 200
     assert "A user with that username already exists." in page.text
     assert get_user_model().objects.count() == 1
+
+
+def test_sign_in_attempts_are_limited_per_client_and_minute(client, settings, db):
+    """Password guessing: past the limit even the right password is refused, and
+    another client is not affected."""
+    from django.contrib.auth import get_user_model
+
+    settings.RATE_LIMIT_SIGN_IN = 3
+    get_user_model().objects.create_user("guessed", password="right-password-1")
+    ip = f"198.51.100.{uuid.uuid4().int % 250}"
+    for _ in range(3):
+        resp = client.post("/accounts/login/", {"username": "guessed", "password": "wrong"}, REMOTE_ADDR=ip)
+        assert resp.status_code == 200 and "_auth_user_id" not in client.session
+    resp = client.post(
+        "/accounts/login/", {"username": "guessed", "password": "right-password-1"}, REMOTE_ADDR=ip
+    )
+    assert resp.status_code == 200 and "Too many sign-in attempts" in resp.content.decode()
+    assert "_auth_user_id" not in client.session
+    other = f"203.0.113.{uuid.uuid4().int % 250}"
+    resp = client.post(
+        "/accounts/login/", {"username": "guessed", "password": "right-password-1"}, REMOTE_ADDR=other
+    )
+    assert resp.status_code == 302
