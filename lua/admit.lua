@@ -22,8 +22,8 @@
 -- KEYS[8] tick    STRING  the last second (Redis clock) a tick ran
 -- KEYS[9] log     LIST    "<second>:<admitted>" of the last 120 ticks, newest first
 --
--- Touches no key but these: a person's own entry in the token index keeps their
--- arrival number, and "taken off the head" is that number being <= `popped`.
+-- Touches no key but these: a person's token carries their arrival number, and
+-- "taken off the head" is that number being <= `popped`.
 --
 -- Returns {outcome, admitted, waiting, active}; outcome is ADMITTED, ALREADY_TICKED,
 -- NOT_OPEN, SOLD_OUT, EMPTY (nobody waiting), FULL (the active cap is reached) or

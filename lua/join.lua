@@ -10,25 +10,26 @@
 --
 -- An event may ask more of a new place (docs/fairness.md), each read from meta:
 -- requireAccount: a signed-in account, which holds one live place (asking again
--- answers that place, HELD); maxPerAddress: at most that many live places per
--- client address (TOO_MANY_PLACES); proofOfWork: a solved challenge, used once
--- (PROOF_OF_WORK). A live place is one waiting (its number past `popped`, not
--- left) or active (its window not passed); an owner's list of places is pruned of
--- the others whenever it is read. A place is kept as its token's nonce and number
--- (9 bytes), the token signed again when it is needed.
+-- answers that place, HELD); maxPerAddress (events without accounts): at most that
+-- many live places per client address (TOO_MANY_PLACES); proofOfWork: a solved
+-- challenge, used once (PROOF_OF_WORK). Nothing is kept per place for it: a token's
+-- index entry names its owner (the account, or the address when capped; '' on
+-- other events), and an owner's tokens share one index hash, the one its id picks
+-- (the new token's nonce begins with that hash's two bytes). An owner's places are
+-- the entries of that hash that name it; live ones are waiting (the number the
+-- token carries is past `popped`: in the index means not left) or active.
 --
 -- KEYS[1] meta    HASH    status, requireAccount, proofOfWork, maxPerAddress
 -- KEYS[2] seq     STRING  last arrival number issued
 -- KEYS[3] line    LIST    tokens in arrival order
--- KEYS[4] bucket  HASH    token -> arrival number, for the new token (its nonce's bucket)
+-- KEYS[4] bucket  HASH    token index (token -> owner) of the new token's random nonce
 -- KEYS[5] active  ZSET    token -> end of its active window (ms)
 -- KEYS[6] booked  STRING  rejoin: reservation id, once the old token has booked
 -- KEYS[7] popped  STRING  arrival numbers already taken off the head of the line
--- KEYS[8] oldbucket HASH  rejoin: the old token's bucket
--- KEYS[9] left    ZSET    arrival numbers of people who left the line
--- KEYS[10] accountplaces HASH account -> its live place (9 bytes: nonce, number)
--- KEYS[11] addressplaces HASH client address -> its live places (9 bytes each)
--- KEYS[12] proofs SET     marks of the proof-of-work solutions used (integers, so
+-- KEYS[8] oldbucket HASH  rejoin: the old token's index hash
+-- KEYS[9] accountbucket HASH the index hash of the account's tokens
+-- KEYS[10] addressbucket HASH the index hash of the client address's tokens
+-- KEYS[11] proofs SET     marks of the proof-of-work solutions used (integers, so
 --                         Redis keeps them 4 bytes each; the set expires with them)
 -- ARGV[1] rejoin: the old token, 16 raw bytes; join: ''
 -- ARGV[2] nonce for a new token, 4 raw bytes
@@ -38,7 +39,9 @@
 -- ARGV[6] the signed-in account's id, or ''
 -- ARGV[7] the client's address (packed IPv4, or the IPv6 /64), or ''
 -- ARGV[8] the verified solution's mark (an integer), or '' when none was sent
--- ARGV[9] when KEYS[12] may expire (unix ms)
+-- ARGV[9] when KEYS[11] may expire (unix ms)
+-- ARGV[10] the two bytes that name KEYS[9] (a nonce's first two)
+-- ARGV[11] the two bytes that name KEYS[10]
 --
 -- Returns {outcome, ...}: {'JOINED', joinedAtMs, token}; a rejoin that keeps its
 -- place {'WAITING'|'ACTIVE', 0}; an account's live place {'HELD', 'WAITING'|'ACTIVE',
@@ -61,77 +64,57 @@ local popped = tonumber(redis.call('GET', KEYS[7]) or 0)
 if not popped then error(KEYS[7] .. ' is not a number') end
 local t = redis.call('TIME')
 local now = t[1] * 1000 + math.floor(t[2] / 1000)
-if old ~= '' then
-  local state = redis.call('HGET', KEYS[8], old)
-  if state then
-    local number = tonumber(state)
-    if not number then error(KEYS[8] .. ': the place is not a number') end
-    if number > popped then return {'WAITING', 0} end
-  end
-  local expires = redis.call('ZSCORE', KEYS[5], old)
-  if expires and tonumber(expires) > now then return {'ACTIVE', 0} end
+
+-- The arrival number a token carries (bytes 10-14).
+local function number_of(token)
+  local b1, b2, b3, b4, b5 = token:byte(10, 14)
+  return (((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5
 end
 
--- The token of a nonce and an arrival number (5 bytes): HMAC-SHA1 = SHA1(opad ..
--- SHA1(ipad .. message)); sha1hex answers hex, turned into bytes 4 at a time (8
--- hex digits): half the cost of a byte at a time.
-local function sign(nonce, number)
-  local inner, h, k = {}, redis.sha1hex(ARGV[4] .. ARGV[3] .. '\0' .. nonce .. number), 0
-  for j = 1, 33, 8 do
-    local n = tonumber(h:sub(j, j + 7), 16)
-    inner[k + 1], inner[k + 2] = math.floor(n / 16777216), math.floor(n / 65536) % 256
-    inner[k + 3], inner[k + 4] = math.floor(n / 256) % 256, n % 256
-    k = k + 4
-  end
-  local mac = redis.sha1hex(ARGV[5] .. string.char(unpack(inner)))
-  local m = {}
-  for j = 1, 7 do m[j] = tonumber(mac:sub(2 * j - 1, 2 * j), 16) end
-  return nonce .. string.char(m[1], m[2], 0x80 + m[3] % 16, m[4], 0x80 + m[5] % 64) .. number
-    .. string.char(m[6], m[7])
-end
-
--- A place (nonce .. number) is 'WAITING', 'ACTIVE', or nil: gone (admitted and
--- its window passed, booked, or left).
-local function live(place)
-  local b1, b2, b3, b4, b5 = place:byte(5, 9)
-  local number = (((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5
-  if number > popped then
-    if redis.call('ZSCORE', KEYS[9], tostring(number)) then return nil end
-    return 'WAITING'
-  end
-  local expires = redis.call('ZSCORE', KEYS[5], sign(place:sub(1, 4), place:sub(5, 9)))
+-- A token of the index (so not left) is 'WAITING', 'ACTIVE', or nil: admitted and
+-- its window passed, or booked.
+local function live(token)
+  if number_of(token) > popped then return 'WAITING' end
+  local expires = redis.call('ZSCORE', KEYS[5], token)
   if expires and tonumber(expires) > now then return 'ACTIVE' end
   return nil
 end
 
--- The live places of an owner in the hash KEYS[i]. (ZCARD: the keys `live` may read are sorted sets, or
--- the script fails here, before any write.)
+if old ~= '' then
+  if redis.call('HGET', KEYS[8], old) and number_of(old) > popped then return {'WAITING', 0} end
+  local expires = redis.call('ZSCORE', KEYS[5], old)
+  if expires and tonumber(expires) > now then return {'ACTIVE', 0} end
+end
+
+-- The live places of an owner, in the index hash KEYS[i]. (ZCARD: the active set
+-- `live` may read is a sorted set, or the script fails here, before any write.)
 local function held(i, owner)
   redis.call('ZCARD', KEYS[5])
-  redis.call('ZCARD', KEYS[9])
-  local list, kept = redis.call('HGET', KEYS[i], owner) or '', {}
-  for i = 1, #list - 8, 9 do
-    local place = list:sub(i, i + 8)
-    if live(place) then kept[#kept + 1] = place end
+  local entries, kept = redis.call('HGETALL', KEYS[i]), {}
+  for j = 1, #entries, 2 do
+    if entries[j + 1] == owner and live(entries[j]) then kept[#kept + 1] = entries[j] end
   end
   return kept
 end
 
-local account, address = ARGV[6], ARGV[7]
+-- Whose the new place is, and the index hash it goes to (KEYS[index]).
+local owner, index, nonce = '', 4, ARGV[2]
 if meta[2] == '1' then
-  if account == '' then return {'ACCOUNT_REQUIRED'} end
-  local place = held(10, account)[1]
-  if place then return {'HELD', live(place), sign(place:sub(1, 4), place:sub(5, 9))} end
-end
-local cap, by_address = tonumber(meta[4] or 0) or 0, nil
-if cap > 0 and address ~= '' then
-  by_address = held(11, address)
-  if #by_address >= cap then return {'TOO_MANY_PLACES', cap} end
+  if ARGV[6] == '' then return {'ACCOUNT_REQUIRED'} end
+  owner, index, nonce = 'u' .. ARGV[6], 9, ARGV[10] .. ARGV[2]:sub(3)
+  local place = held(9, owner)[1]
+  if place then return {'HELD', live(place), place} end
+else
+  local cap = tonumber(meta[4] or 0) or 0
+  if cap > 0 and ARGV[7] ~= '' then
+    owner, index, nonce = 'a' .. ARGV[7], 10, ARGV[11] .. ARGV[2]:sub(3)
+    if #held(10, owner) >= cap then return {'TOO_MANY_PLACES', cap} end
+  end
 end
 local proof = (tonumber(meta[3] or 0) or 0) > 0
 if proof then
   if ARGV[8] == '' then return {'PROOF_OF_WORK', 'missing'} end
-  if redis.call('SISMEMBER', KEYS[12], ARGV[8]) == 1 then return {'PROOF_OF_WORK', 'used'} end
+  if redis.call('SISMEMBER', KEYS[11], ARGV[8]) == 1 then return {'PROOF_OF_WORK', 'used'} end
 end
 
 -- The keys about to be written, checked first: RPUSH into a line that is not a list
@@ -141,22 +124,32 @@ local last = redis.call('GET', KEYS[2])
 if last and not (last == '0' or (#last <= 12 and last:match('^[1-9]%d*$'))) then
   error(KEYS[2] .. ' is not a number a token can carry')
 end
-if #ARGV[2] ~= 4 or #ARGV[4] ~= 64 or #ARGV[5] ~= 64 then error('nonce or key pads of the wrong size') end
+if #nonce ~= 4 or #ARGV[4] ~= 64 or #ARGV[5] ~= 64 then error('nonce or key pads of the wrong size') end
 redis.call('LLEN', KEYS[3])
-redis.call('HLEN', KEYS[4])
-if proof then redis.call('SCARD', KEYS[12]) end
+redis.call('HLEN', KEYS[index])
+if proof then redis.call('SCARD', KEYS[11]) end
 
 local seq = redis.call('INCR', KEYS[2])
 local number = string.char(math.floor(seq / 4294967296) % 256, math.floor(seq / 16777216) % 256,
   math.floor(seq / 65536) % 256, math.floor(seq / 256) % 256, seq % 256)
-local token = sign(ARGV[2], number)
+-- HMAC-SHA1 = SHA1(opad .. SHA1(ipad .. message)); sha1hex answers hex, turned into
+-- bytes 4 at a time (8 hex digits): half the cost of a byte at a time.
+local inner, h, k = {}, redis.sha1hex(ARGV[4] .. ARGV[3] .. '\0' .. nonce .. number), 0
+for j = 1, 33, 8 do
+  local n = tonumber(h:sub(j, j + 7), 16)
+  inner[k + 1], inner[k + 2] = math.floor(n / 16777216), math.floor(n / 65536) % 256
+  inner[k + 3], inner[k + 4] = math.floor(n / 256) % 256, n % 256
+  k = k + 4
+end
+local mac = redis.sha1hex(ARGV[5] .. string.char(unpack(inner)))
+local m = {}
+for j = 1, 7 do m[j] = tonumber(mac:sub(2 * j - 1, 2 * j), 16) end
+local token = nonce .. string.char(m[1], m[2], 0x80 + m[3] % 16, m[4], 0x80 + m[5] % 64) .. number
+  .. string.char(m[6], m[7])
 redis.call('RPUSH', KEYS[3], token)
-redis.call('HSET', KEYS[4], token, seq)
-local place = ARGV[2] .. number
-if meta[2] == '1' then redis.call('HSET', KEYS[10], account, place) end
-if by_address then redis.call('HSET', KEYS[11], address, table.concat(by_address) .. place) end
+redis.call('HSET', KEYS[index], token, owner)
 if proof then
-  redis.call('SADD', KEYS[12], ARGV[8])
-  redis.call('PEXPIREAT', KEYS[12], ARGV[9])
+  redis.call('SADD', KEYS[11], ARGV[8])
+  redis.call('PEXPIREAT', KEYS[11], ARGV[9])
 end
 return {'JOINED', now, token}

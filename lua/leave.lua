@@ -2,7 +2,8 @@
 -- hole; admission skips it (its number is in `left`).
 --
 -- KEYS[1] meta    HASH    event status
--- KEYS[2] bucket  HASH    token -> arrival number (taken off the head once <= popped)
+-- KEYS[2] bucket  HASH    token index: token -> its owner (lua/join.lua); in it
+--                         means issued and not left
 -- KEYS[3] left    ZSET    arrival numbers of people who left (score = number)
 -- KEYS[4] popped  STRING  arrival numbers already taken off the head of the line
 -- ARGV[1] token, 16 raw bytes
@@ -11,16 +12,17 @@
 -- Validates every key and value before its first write (Redis keeps the writes done
 -- before an error): a bad key fails the script with nothing changed.
 if redis.call('HLEN', KEYS[1]) == 0 then return -1 end  -- HLEN: meta must be a hash
-local state = redis.call('HGET', KEYS[2], ARGV[1])
-if not state then return 0 end
--- ZADD refuses a `left` that is not a zset and a place that is not a number: after
--- HDEL, the token would be out of its bucket and its hole never counted.
+if not redis.call('HGET', KEYS[2], ARGV[1]) then return 0 end
+-- ZADD refuses a `left` that is not a zset: after HDEL, the token would be out of
+-- its bucket and its hole never counted.
 redis.call('ZCARD', KEYS[3])
-if not tonumber(state) then error(KEYS[2] .. ': the place is not a number') end
 local popped = tonumber(redis.call('GET', KEYS[4]) or 0)
 if not popped then error(KEYS[4] .. ' is not a number') end
-if tonumber(state) <= popped then return 0 end  -- admitted already: not waiting
+-- The arrival number the token carries (bytes 10-14; queue_app/tokens.py).
+local b1, b2, b3, b4, b5 = ARGV[1]:byte(10, 14)
+local place = (((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5
+if place <= popped then return 0 end  -- admitted already: not waiting
 
 redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('ZADD', KEYS[3], state, state)
+redis.call('ZADD', KEYS[3], place, tostring(place))
 return 1

@@ -10,7 +10,8 @@
 -- KEYS[2] seq     STRING  last arrival number issued
 -- KEYS[3] popped  STRING  arrival numbers already taken off the head of the line
 -- KEYS[4] left    ZSET    arrival numbers of people who left the line (score = number)
--- KEYS[5] bucket  HASH    token -> arrival number (taken off the head once <= popped)
+-- KEYS[5] bucket  HASH    token index: token -> its owner (lua/join.lua); in it
+--                         means issued and not left
 -- KEYS[6] active  ZSET    token -> end of its active window (ms)
 -- KEYS[7] booked  STRING  reservation id, once this token has booked
 -- KEYS[8] seats   STRING  seats left
@@ -49,10 +50,10 @@ local now = t[1] * 1000 + math.floor(t[2] / 1000)
 local expires = redis.call('ZSCORE', KEYS[6], ARGV[1])
 if expires and tonumber(expires) > now then return answer('ACTIVE', expires) end
 
-local state = redis.call('HGET', KEYS[5], ARGV[1])
-if not state then return answer('NOT_FOUND') end
-local place = tonumber(state)
-if not place then error(KEYS[5] .. ': the place is not a number') end
+if not redis.call('HGET', KEYS[5], ARGV[1]) then return answer('NOT_FOUND') end
+-- The arrival number the token carries (bytes 10-14; queue_app/tokens.py).
+local b1, b2, b3, b4, b5 = ARGV[1]:byte(10, 14)
+local place = (((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5
 if place <= popped then return answer('EXPIRED') end  -- admitted, and the window passed
-local ahead = place - 1 - popped - redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. state)
+local ahead = place - 1 - popped - redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. tostring(place))
 return answer('WAITING', ahead + 1)

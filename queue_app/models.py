@@ -53,8 +53,8 @@ class Event(models.Model):
     )
     max_places_per_address = models.PositiveIntegerField(
         default=0,
-        help_text="Most live places (waiting or active) per client address (IPv4, or IPv6 /64); "
-        "0 = no cap. Carrier-grade NAT puts many people behind one address.",
+        help_text="Events without accounts: most live places (waiting or active) per client "
+        "address (IPv4, or IPv6 /64); 0 = no cap. Carrier-grade NAT puts many people behind one address.",
     )
     max_seats_per_buyer = models.PositiveIntegerField(
         default=0,

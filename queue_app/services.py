@@ -130,14 +130,16 @@ def _join_script_call(
         mark, proofs = str(solved.member), k.proofs(solved.mark, solved.expires_at)
         proofs_until = (solved.expires_at // 60 + 1) * 60_000 + 1_000
     account = client.account.encode()
+    by_account, account_bucket = k.owned(b"u" + account) if account else (b"", k.meta)
+    by_address, address_bucket = k.owned(b"a" + client.address) if client.address else (b"", k.meta)
     keys = [
-        k.meta, k.seq, k.line, k.bucket(nonce), k.active, booked, k.popped, old_bucket, k.left,
-        k.places(b"u" + account) if account else k.meta,
-        k.places(b"a" + client.address) if client.address else k.meta,
-        proofs,
+        k.meta, k.seq, k.line, k.bucket(nonce), k.active, booked, k.popped, old_bucket,
+        account_bucket, address_bucket, proofs,
     ]  # fmt: skip
     ipad, opad = tokens.keys()[0].pads
-    args = [old, nonce, event_id, ipad, opad, account, client.address, mark, proofs_until]
+    args = [
+        old, nonce, event_id, ipad, opad, account, client.address, mark, proofs_until, by_account, by_address
+    ]  # fmt: skip
     return "join", keys, args
 
 

@@ -4,7 +4,9 @@ A token is a UUID (version 8, RFC 9562), so clients that check for a UUID keep
 working. Its 122 free bits hold:
 
     bytes 0-3    nonce: random, chosen by the app; bytes 0-1 also pick the token's
-                 index bucket (ticketing/redis.py: EventKeys.bucket)
+                 index bucket (ticketing/redis.py: EventKeys.bucket), and are its
+                 owner's on an event that counts places per account or address
+                 (EventKeys.owned)
     bytes 9-13   the arrival number, big-endian (40 bits)
     the rest     50 bits of HMAC-SHA1(key, eventId 0x00 nonce number): bytes 4, 5, 7,
                  14, 15 whole, the low 4 bits of byte 6 (its high nibble is the

@@ -185,7 +185,6 @@ class EventKeys:
         "admit_log",
         "refused",
         "bucket_prefix",
-        "places_prefix",
         "proofs_prefix",
     )
 
@@ -216,18 +215,18 @@ class EventKeys:
         # reason -> joins refused for it (lua/refused.lua), for the operator.
         self.refused = key(event_id, "refused")
         self.bucket_prefix = key(event_id, "tokens", "")
-        self.places_prefix = key(event_id, "places", "")
         self.proofs_prefix = key(event_id, "proofs", "")
 
     def bucket(self, token: bytes) -> str:
         """The token-index hash that holds this token's state."""
         return self.bucket_prefix + token[:TOKEN_BUCKET_BYTES].hex()
 
-    def places(self, owner: bytes) -> str:
-        """The hash that holds an owner's live places (an account's, or a client
-        address's): owner -> its places, 9 bytes each (lua/join.lua). 65,536 small
-        hashes, so each stays in Redis' compact encoding."""
-        return self.places_prefix + format(zlib.crc32(owner) & 0xFFFF, "04x")
+    def owned(self, owner: bytes) -> tuple[bytes, str]:
+        """The token-index hash of an owner's tokens (an account's, or a client
+        address's), and the two bytes that name it, which begin those tokens' nonces
+        (lua/join.lua): an owner's places are found in one small hash."""
+        prefix = (zlib.crc32(owner) & 0xFFFF).to_bytes(TOKEN_BUCKET_BYTES, "big")
+        return prefix, self.bucket(prefix)
 
     def proofs(self, mark: bytes, expires_at: int) -> str:
         """The set of the proof-of-work solutions used, of challenges expiring in the

@@ -13,7 +13,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='event',
             name='max_places_per_address',
-            field=models.PositiveIntegerField(default=0, help_text='Most live places (waiting or active) per client address (IPv4, or IPv6 /64); 0 = no cap. Carrier-grade NAT puts many people behind one address.'),
+            field=models.PositiveIntegerField(default=0, help_text='Events without accounts: most live places (waiting or active) per client address (IPv4, or IPv6 /64); 0 = no cap. Carrier-grade NAT puts many people behind one address.'),
         ),
         migrations.AddField(
             model_name='event',
