@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test lint schema bench chaos clean
+.PHONY: run test lint schema messages bench chaos clean
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	@$(PYTHON) -c 'import sys; sys.exit("Python 3.11+ is needed, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -28,6 +28,10 @@ lint: $(BIN)/.installed
 # Write the OpenAPI schema of the DRF declarations to docs/openapi.yaml.
 schema: $(BIN)/.installed
 	$(BIN)/python manage.py spectacular --validate --fail-on-warn --file docs/openapi.yaml
+
+# Compile the translations of locale/ (not those of the packages in .venv).
+messages: $(BIN)/.installed
+	$(BIN)/python manage.py compilemessages --ignore=.venv
 
 # Measures the service as production runs it against a baseline (docs/benchmarks.md).
 # BENCH_ARGS=--quick for a fast check.
