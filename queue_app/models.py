@@ -1,11 +1,16 @@
 """The operator's record of an event. Redis holds the live state (see services)."""
 
+import re
+
 from django.conf import settings
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 
 # No braces (they form the Redis Cluster hash tag) and no colons (the key separator).
+# The schema's pattern (ECMAScript, where `$` is the very end); Python matches ids in
+# full with EVENT_ID_RE (its `$` would also match before a trailing newline).
 EVENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+EVENT_ID_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
 
 
 # Proof-of-work difficulty a phone solves in about 1-2 s (docs/fairness.md).
@@ -24,7 +29,7 @@ class Event(models.Model):
     event_id = models.CharField(
         max_length=64,
         unique=True,
-        validators=[RegexValidator(EVENT_ID_PATTERN, "Letters, digits, '.', '_' and '-' only.")],
+        validators=[RegexValidator(EVENT_ID_RE, "Letters, digits, '.', '_' and '-' only.")],
     )
     name = models.CharField(max_length=200, blank=True)
     total_seats = models.PositiveIntegerField(default=100)

@@ -128,6 +128,20 @@ class _Body:
 
         return replayed
 
+    def measured(self, scope: Scope) -> Scope:
+        """The scope Django gets: a chunked body (no Content-Length) is given the
+        length of what was read, so that Django's WSGI request reads it rather than
+        nothing. Past the size limit that length is over the limit too, and Django
+        answers 413 as it does for any body too large."""
+        headers = scope["headers"]
+        if not any(name == b"transfer-encoding" for name, _ in headers):
+            return scope
+        self.more = False  # the length says where the body ends
+        kept = [
+            (name, value) for name, value in headers if name not in (b"transfer-encoding", b"content-length")
+        ]
+        return {**scope, "headers": [*kept, (b"content-length", str(len(self.data)).encode())]}
+
 
 class FastLane:
     """ASGI: the fast routes, then Django's lane (`app`) for everything else."""
@@ -153,7 +167,7 @@ class FastLane:
         body = _Body()
         await body.read(receive)
         if not body.gone:
-            await self.app(scope, body.replay(receive), send)
+            await self.app(body.measured(scope), body.replay(receive), send)
 
     async def serve(self, route: FastRoute, scope: Scope, receive: Receive, send: Send) -> None:
         body = None if route.source == "query" else _Body()
@@ -163,7 +177,9 @@ class FastLane:
             data = await self._read(route, scope, receive, body)
             kwargs = {source: parse(data.get(name, empty)) for name, source, parse in route.fields}
         except (_Refused, DomainError):
-            return await self.app(scope, receive if body is None else body.replay(receive), send)
+            if body is None:
+                return await self.app(scope, receive, send)
+            return await self.app(body.measured(scope), body.replay(receive), send)
         try:
             async with asyncio.timeout(r.ASYNC_REQUEST_TIMEOUT):
                 if route.throttles or route.client is not None:

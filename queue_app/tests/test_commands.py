@@ -122,9 +122,11 @@ def test_init_event_refuses_bad_values(event_id, args):
     assert not Event.objects.filter(event_id=event_id).exists()
 
 
-def test_init_event_refuses_a_bad_id(db):
+@pytest.mark.parametrize("bad", ["{bad}:id", "trailing-newline\n", "\nleading", "x" * 65])
+def test_init_event_refuses_a_bad_id(db, bad):
     with pytest.raises(CommandError, match="event_id"):
-        call_command("init_event", "{bad}:id")
+        call_command("init_event", bad)
+    assert not Event.objects.filter(event_id=bad).exists()
 
 
 def test_event_status_pause_and_close(event_id, rc, api):

@@ -62,6 +62,16 @@ BAD_INPUT: list[tuple] = next(
 # More of the same kinds, on the operations the table does not send them to.
 BAD_INPUT_TOO: list[tuple] = [
     ("post", "/api/queue/join", b'{"eventId": "x"}', "text/plain", 415, "UNSUPPORTED_MEDIA_TYPE"),
+    # An id is matched in full: not with a trailing newline.
+    ("post", "/api/queue/join", b'{"eventId": "ktx\\n"}', "application/json", 400, "VALIDATION_ERROR"),
+    (
+        "get",
+        "/api/status/poll?token=" + str(uuid.UUID(int=1)) + "&eventId=ktx%0A",
+        None,
+        None,
+        400,
+        "VALIDATION_ERROR",
+    ),
     (
         "post",
         "/api/queue/rejoin",

@@ -284,3 +284,44 @@ def test_a_burst_of_a_thousand_joins_meeting_an_empty_script_cache(gunicorn, eve
     failed = [a for a in answers if not a.startswith(b"HTTP/1.1 200")]
     assert not failed, (len(failed), failed[:3])
     assert r.client().get(r.event_keys(event.event_id).seq) == str(BURST).encode()
+
+
+def _chunks(payload: bytes):
+    """A body sent in chunks (Transfer-Encoding: chunked, no Content-Length)."""
+    yield payload[:7]
+    yield payload[7:]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "content_type",
+    ["application/json", "application/json; charset=utf8"],  # the fast lane's, and one it hands on
+)
+def test_a_chunked_body_is_read_on_both_lanes(gunicorn, make_event, content_type) -> None:
+    """A chunked join for another event joins that event, whichever lane reads it;
+    a chunked booking (Django's lane only) is read too."""
+    make_event(event_id="ktx-default-chunked")
+    other = make_event()
+    base, _ = gunicorn({"WEB_CONCURRENCY": "1", "EVENT_ID": "ktx-default-chunked", **NO_LIMITS})
+    body = json.dumps({"eventId": other.event_id}).encode()
+    resp = requests.post(
+        f"{base}/api/queue/join", data=_chunks(body), headers={"Content-Type": content_type}, timeout=10
+    )
+    assert resp.request.headers.get("Transfer-Encoding") == "chunked"
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["data"]["eventId"] == other.event_id
+    token = resp.json()["data"]["token"]
+    booking = json.dumps({"token": token, "seatCount": 1, "eventId": other.event_id}).encode()
+    resp = requests.post(
+        f"{base}/api/booking", data=_chunks(booking), headers={"Content-Type": content_type}, timeout=10
+    )
+    assert resp.json()["error"]["code"] == "NOT_ACTIVE"  # read: the token is known, not admitted yet
+
+
+def test_a_chunked_body_over_the_limit_is_refused_413(gunicorn, event) -> None:
+    base, _ = gunicorn({"WEB_CONCURRENCY": "1", **NO_LIMITS})
+    body = json.dumps({"eventId": event.event_id, "pad": "x" * 20_000}).encode()
+    resp = requests.post(
+        f"{base}/api/booking", data=_chunks(body), headers={"Content-Type": "application/json"}, timeout=10
+    )
+    assert (resp.status_code, resp.json()["error"]["code"]) == (413, "PAYLOAD_TOO_LARGE")
