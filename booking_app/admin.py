@@ -40,7 +40,9 @@ class ReservationAdmin(admin.ModelAdmin):
             return super().get_search_results(request, queryset, search_term)
         return queryset.filter(reservation_id=value) | queryset.filter(token=value), False
 
-    @admin.action(description="Cancel the selected reservations (seats go back on sale)")
+    @admin.action(
+        permissions=["change"], description="Cancel the selected reservations (seats go back on sale)"
+    )
     def cancel(self, request: HttpRequest, queryset: QuerySet) -> None:
         done = 0
         for reservation in queryset:

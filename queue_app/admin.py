@@ -149,11 +149,13 @@ class EventAdmin(admin.ModelAdmin):
             services.event_publish(event, sold=event.seats_sold)
         self.message_user(request, f"{queryset.count()} event(s): {done}.", messages.SUCCESS)
 
-    @admin.action(description="Hot sale: proof of work, a cap per address and per buyer")
+    @admin.action(
+        permissions=["change"], description="Hot sale: proof of work, a cap per address and per buyer"
+    )
     def hot_sale(self, request: HttpRequest, queryset: QuerySet) -> None:
         self._set_fields(request, queryset, Event.apply_hot_sale, "hot-sale protections on")
 
-    @admin.action(description="Protections off: anyone may join, as a plain client")
+    @admin.action(permissions=["change"], description="Protections off: anyone may join, as a plain client")
     def protections_off(self, request: HttpRequest, queryset: QuerySet) -> None:
         def off(event: Event) -> None:
             event.proof_of_work = event.max_places_per_address = event.max_seats_per_buyer = 0
@@ -168,14 +170,14 @@ class EventAdmin(admin.ModelAdmin):
             services.event_publish(event, sold=event.seats_sold)
         self.message_user(request, f"{queryset.count()} event(s) now {status}.", messages.SUCCESS)
 
-    @admin.action(description="Open: accept joins and admit")
+    @admin.action(permissions=["change"], description="Open: accept joins and admit")
     def open_events(self, request: HttpRequest, queryset: QuerySet) -> None:
         self._set_status(request, queryset, Event.Status.OPEN)
 
-    @admin.action(description="Pause: accept joins, admit nobody")
+    @admin.action(permissions=["change"], description="Pause: accept joins, admit nobody")
     def pause_events(self, request: HttpRequest, queryset: QuerySet) -> None:
         self._set_status(request, queryset, Event.Status.PAUSED)
 
-    @admin.action(description="Close: refuse joins, polls answer EXPIRED")
+    @admin.action(permissions=["change"], description="Close: refuse joins, polls answer EXPIRED")
     def close_events(self, request: HttpRequest, queryset: QuerySet) -> None:
         self._set_status(request, queryset, Event.Status.CLOSED)

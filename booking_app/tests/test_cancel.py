@@ -110,3 +110,30 @@ def test_the_admin_cancel_action(client, make_event, active_tokens, api):
     found = client.get(f"/admin/booking_app/reservation/?q={tokens[1]}")
     assert rids[1].encode() in found.content and rids[0].encode() not in found.content
     assert r.client().get(r.EventKeys(event.event_id).booked(tokens[0])) is None
+
+
+def test_admin_actions_need_their_permission(client, make_event, active_tokens, api):
+    """A view-only staff user sees events and reservations but can neither cancel a
+    reservation nor open, pause, close or change an event's protections."""
+    from django.contrib.auth.models import Permission
+
+    event = make_event(total_seats=6)
+    token = active_tokens(event, 1)[0]
+    rid = book(api, token, event.event_id, 2)[1]["data"]["reservationId"]
+    viewer = User.objects.create_user("viewer", password="pw-for-tests", is_staff=True)
+    viewer.user_permissions.add(*Permission.objects.filter(codename__in=["view_event", "view_reservation"]))
+    client.force_login(viewer)
+    assert client.get("/admin/queue_app/event/").status_code == 200
+    assert client.get("/admin/booking_app/reservation/").status_code == 200
+    row = Reservation.objects.get(reservation_id=rid)
+    client.post("/admin/booking_app/reservation/", {"action": "cancel", "_selected_action": [row.pk]})
+    assert Reservation.objects.get(pk=row.pk).status == "CONFIRMED"
+    assert seats_left(event.event_id) == 4
+    for action in ("close_events", "pause_events", "hot_sale", "protections_off"):
+        client.post("/admin/queue_app/event/", {"action": action, "_selected_action": [event.pk]})
+    event.refresh_from_db()
+    assert (event.status, event.protections()) == ("OPEN", [])
+    assert r.client().hget(r.EventKeys(event.event_id).meta, "status") == b"OPEN"
+    # The actions are not offered to it at all.
+    page = client.get("/admin/queue_app/event/").content.decode()
+    assert "close_events" not in page and "hot_sale" not in page
