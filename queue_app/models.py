@@ -5,6 +5,7 @@ import re
 from django.conf import settings
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
+from django.utils import timezone
 
 # No braces (they form the Redis Cluster hash tag) and no colons (the key separator).
 # The schema's pattern (ECMAScript, where `$` is the very end); Python matches ids in
@@ -73,6 +74,9 @@ class Event(models.Model):
     # Redis allowed from a count it had lost (a restart that lost its last second),
     # so a seat is never sold twice whatever Redis says.
     seats_sold = models.PositiveIntegerField(default=0, editable=False)
+    # When the event last became CLOSED: its Redis data goes EVENT_PURGE_AFTER_SECONDS
+    # later (booking_app/retention.py); None while it is not closed.
+    closed_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -88,12 +92,19 @@ class Event(models.Model):
         return self.name or self.event_id
 
     def save(self, *args, **kwargs) -> None:
+        if self.status == self.Status.CLOSED:
+            self.closed_at = self.closed_at or timezone.now()
+        else:
+            self.closed_at = None
         # seats_sold moves only by the reservations' trigger: saving the operator's
         # fields must never write back a count read before a sale.
-        if not self._state.adding and kwargs.get("update_fields") is None:
+        fields = kwargs.get("update_fields")
+        if not self._state.adding and fields is None:
             kwargs["update_fields"] = [
                 f.name for f in self._meta.concrete_fields if not f.primary_key and f.name != "seats_sold"
             ]
+        elif fields is not None and "status" in fields:
+            kwargs["update_fields"] = [*fields, "closed_at"]
         super().save(*args, **kwargs)
 
     def apply_hot_sale(self) -> None:

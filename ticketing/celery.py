@@ -32,4 +32,10 @@ app.conf.beat_schedule = {
         "schedule": timedelta(seconds=30),
         "options": {"expires": 30.0},
     },
+    # Closed events' Redis data, after EVENT_PURGE_AFTER_SECONDS.
+    "purge-closed-events": {
+        "task": "booking_app.tasks.purge_closed",
+        "schedule": timedelta(minutes=5),
+        "options": {"expires": 300.0},
+    },
 }

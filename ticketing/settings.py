@@ -153,6 +153,9 @@ MAX_ACTIVE_USERS = _int("MAX_ACTIVE_USERS", 0)
 MAX_SEATS_PER_BOOKING = _int("MAX_SEATS_PER_BOOKING", 4, minimum=1)
 EVENT_ID = env.str("EVENT_ID", default="ktx-2026-chuseok")
 TOTAL_SEATS = _int("TOTAL_SEATS", 100)
+# A closed event's Redis data is removed this long after it closed (a day: late polls
+# still read EXPIRED meanwhile); Postgres keeps its record and reservations.
+EVENT_PURGE_AFTER_SECONDS = _int("EVENT_PURGE_AFTER_SECONDS", 86_400)
 
 # Requests per client per second (the seed: join/rejoin 10, leave 5); a client is
 # an IPv4 address or an IPv6 /64 (ticketing/ratelimit.py: client_net).

@@ -1,0 +1,65 @@
+"""Retention: a closed event's Redis data goes; what Postgres holds stays.
+
+Redis holds an event's live state (the line, the token index, active windows,
+booking marks, the outbox, counters) for as long as the sale needs it. Once the
+event is CLOSED and EVENT_PURGE_AFTER_SECONDS have passed (time for late polls to
+read EXPIRED and for reconcile to settle the last bookings), beat removes all of it
+(`events_purge`); `manage.py purge_event` does it at once. The reservations and the
+event's record stay in Postgres. An outbox still holding a booking Postgres has not
+decided is never purged: the booking is settled first, or the purge waits.
+"""
+
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from booking_app.reconcile import booking_reconcile
+from queue_app import services as queue
+from queue_app.models import Event
+from ticketing import redis as r
+
+log = logging.getLogger(__name__)
+
+
+class PurgeRefused(Exception):
+    """The event cannot lose its Redis data now; the message says why."""
+
+
+def event_purge(event_id: str) -> int:
+    """Settle the event's outbox, then delete every Redis key of it. Returns how many.
+
+    Refused for an event that is not CLOSED (its line would be thrown away) and while
+    a booking in the outbox is undecided (Postgres away, or another reconcile busy).
+    """
+    event = Event.objects.filter(event_id=event_id).first()
+    if event is None or event.status != Event.Status.CLOSED:
+        raise PurgeRefused(f"{event_id}: only a CLOSED event's Redis data can be purged.")
+    k = r.EventKeys(event_id)
+    report = booking_reconcile(event_id)
+    if report.busy or r.client().xlen(k.outbox):
+        raise PurgeRefused(f"{event_id}: bookings in the outbox are not decided yet; try again later.")
+    # Out of the tick's and reconcile's sight first, so neither recreates a key.
+    r.client().srem(r.EVENTS_KEY, event_id)
+    deleted = queue.event_wipe(event_id)
+    log.info("purged %s from Redis: %d keys (closed %s)", event_id, deleted, event.closed_at)
+    return deleted
+
+
+def events_purge() -> dict[str, int]:
+    """Purge every event closed longer ago than EVENT_PURGE_AFTER_SECONDS whose data
+    Redis still holds. Returns keys deleted per event purged."""
+    cutoff = timezone.now() - timedelta(seconds=settings.EVENT_PURGE_AFTER_SECONDS)
+    known = {e.decode() for e in r.client().smembers(r.EVENTS_KEY)}
+    purged = {}
+    for event_id in Event.objects.filter(status=Event.Status.CLOSED, closed_at__lte=cutoff).values_list(
+        "event_id", flat=True
+    ):
+        if event_id not in known and not r.client().exists(r.EventKeys(event_id).meta):
+            continue  # purged before
+        try:
+            purged[event_id] = event_purge(event_id)
+        except PurgeRefused as exc:
+            log.warning("%s", exc)
+    return purged

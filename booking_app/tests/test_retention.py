@@ -1,0 +1,132 @@
+"""Retention: a closed event's Redis data goes after its grace period (or by hand);
+what Postgres holds stays, and no booking is lost on the way."""
+
+import uuid
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.utils import timezone
+
+from booking_app.models import Reservation
+from booking_app.retention import PurgeRefused, event_purge, events_purge
+from booking_app.tests.conftest import book
+from queue_app import services as queue
+from queue_app.models import Event
+from ticketing import redis as r
+
+
+@pytest.fixture(autouse=True)
+def _settle_at_once(settings) -> None:
+    """Reconcile decides outbox entries of any age (in production, those older than a
+    grace period: a purge runs long after the last booking)."""
+    settings.BOOKING_RECONCILE_GRACE_SEC = 0
+
+
+def redis_keys(event_id: str) -> list[bytes]:
+    return list(r.client().scan_iter(match=r.EventKeys(event_id).pattern(), count=1000))
+
+
+def a_sale(event, active_tokens, api) -> tuple[str, uuid.UUID]:
+    """Bookings, people still waiting, and one booking stranded in the outbox (its
+    process died after the Redis step). Returns a booked token and the stranded id."""
+    tokens = active_tokens(event, 3)
+    book(api, tokens[0], event.event_id, 2)
+    for _ in range(4):
+        queue.queue_join(event_id=event.event_id)
+    k, stranded = r.EventKeys(event.event_id), uuid.uuid4()
+    raw = uuid.UUID(tokens[1]).bytes
+    reply = r.run(
+        "reserve",
+        [k.meta, k.active, k.booked(tokens[1]), k.seats, k.outbox],
+        [raw, tokens[1], 1, str(stranded), "", ""],
+    )
+    assert reply[0] == b"OK"
+    return tokens[0], stranded
+
+
+def close(event: Event, *, ago: timedelta = timedelta(0)) -> None:
+    event.status = Event.Status.CLOSED
+    event.save(update_fields=["status", "updated_at"])
+    queue.event_publish(event, sold=event.seats_sold)
+    Event.objects.filter(pk=event.pk).update(closed_at=timezone.now() - ago)
+
+
+def test_a_closed_event_is_purged_after_its_grace_and_postgres_keeps_everything(
+    postgres, make_event, active_tokens, api, settings
+):
+    settings.EVENT_PURGE_AFTER_SECONDS = 3600
+    event = make_event(total_seats=10)
+    token, stranded = a_sale(event, active_tokens, api)
+    close(event, ago=timedelta(seconds=3601))
+    assert redis_keys(event.event_id)
+
+    assert event.event_id in events_purge()
+    assert redis_keys(event.event_id) == []  # no per-token data outlives the event
+    assert not r.client().sismember(r.EVENTS_KEY, event.event_id)
+    # The stranded booking was decided before the outbox went; every row stays.
+    assert Reservation.objects.get(reservation_id=stranded).status == "CONFIRMED"
+    assert Reservation.objects.filter(event_id=event.event_id, status="CONFIRMED").count() == 2
+    assert Event.objects.get(pk=event.pk).seats_sold == 3
+    status, body = api.poll(token, event.event_id)
+    assert (status, body["error"]["code"]) == (404, "EVENT_NOT_FOUND")
+    # Nothing rebuilds it, and the next run has nothing to do.
+    from booking_app.reconcile import events_reconcile
+
+    events_reconcile()
+    assert redis_keys(event.event_id) == [] and events_purge() == {}
+
+
+def test_events_within_their_grace_or_not_closed_are_kept(postgres, make_event, api, settings):
+    settings.EVENT_PURGE_AFTER_SECONDS = 3600
+    recent, running, paused = make_event(), make_event(), make_event(status="PAUSED")
+    for event in (recent, running, paused):
+        api.token(event.event_id)
+    close(recent, ago=timedelta(seconds=3500))
+    assert events_purge() == {}
+    for event in (recent, running, paused):
+        assert redis_keys(event.event_id)
+
+
+def test_closing_records_when_and_reopening_forgets_it(postgres, make_event):
+    event = make_event()
+    assert event.closed_at is None
+    close(event)
+    event.refresh_from_db()
+    assert event.closed_at is not None
+    event.status = Event.Status.OPEN
+    event.save()
+    event.refresh_from_db()
+    assert event.closed_at is None
+
+
+def test_purge_event_by_hand(postgres, make_event, active_tokens, api, capsys):
+    event = make_event(total_seats=10)
+    a_sale(event, active_tokens, api)
+    with pytest.raises(CommandError, match="only a CLOSED event"):
+        call_command("purge_event", event.event_id)
+    assert redis_keys(event.event_id)
+    close(event)  # just now: by hand, no grace
+    call_command("purge_event", event.event_id)
+    assert "Purged" in capsys.readouterr().out
+    assert redis_keys(event.event_id) == []
+    with pytest.raises(CommandError):
+        call_command("purge_event", "no-such-event")
+
+
+def test_an_undecided_outbox_is_never_purged(postgres, make_event, active_tokens, api):
+    """While another reconcile holds the event (or Postgres is away), the outbox's
+    bookings are not decided: the purge waits, and keeps everything."""
+    event = make_event(total_seats=10)
+    _, stranded = a_sale(event, active_tokens, api)
+    close(event, ago=timedelta(days=2))
+    k = r.EventKeys(event.event_id)
+    r.client().set(k.reconciling, "another", px=60_000)
+    with pytest.raises(PurgeRefused, match="not decided"):
+        event_purge(event.event_id)
+    assert r.client().xlen(k.outbox) == 1 and r.client().exists(k.meta)
+    r.client().delete(k.reconciling)
+    event_purge(event.event_id)
+    assert Reservation.objects.get(reservation_id=stranded).status == "CONFIRMED"
+    assert redis_keys(event.event_id) == []
