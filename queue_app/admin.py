@@ -3,9 +3,12 @@
 from django import forms
 from django.contrib import admin, messages
 from django.db.models import Count, Q, QuerySet
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
+from django.urls import path, reverse
+from django.utils.html import format_html
 
-from queue_app import services
+from queue_app import live, services
 from queue_app.models import Event
 
 
@@ -41,6 +44,7 @@ class EventAdmin(admin.ModelAdmin):
     form = EventForm
     list_display = (
         "event_id",
+        "live_link",
         "name",
         "status",
         "waiting",
@@ -129,6 +133,52 @@ class EventAdmin(admin.ModelAdmin):
     def joins_refused(self, obj: Event) -> str:
         refused = self._live(obj)["joinsRefused"]
         return ", ".join(f"{reason.replace('_', ' ')} {n:,}" for reason, n in refused.items()) or "–"
+
+    @admin.display(description="live")
+    def live_link(self, obj: Event) -> str:
+        return format_html('<a href="{}">live</a>', reverse("admin:queue_app_event_live", args=[obj.pk]))
+
+    # --- The live page: the operator's view during a sale ---------------------------
+
+    def get_urls(self) -> list:
+        own = [
+            path("<int:pk>/live/", self.admin_site.admin_view(self.live_page), name="queue_app_event_live"),
+            path(
+                "<int:pk>/live.json",
+                self.admin_site.admin_view(self.live_numbers),
+                name="queue_app_event_live_json",
+            ),
+        ]
+        return own + super().get_urls()
+
+    def _viewable(self, request: HttpRequest, pk: int) -> Event:
+        event = Event.objects.filter(pk=pk).first()
+        if event is None or not self.has_view_permission(request, event):
+            raise Http404
+        return event
+
+    def live_page(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """Numbers refreshed every second and charts of the last 30 minutes, drawn
+        in the browser (static/js/admin-live.js) from `live_numbers`."""
+        event = self._viewable(request, pk)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "event": event,
+            "title": f"{event} — live",
+            "data_url": reverse("admin:queue_app_event_live_json", args=[event.pk]),
+        }
+        return render(request, "admin/queue_app/event/live.html", context)
+
+    def live_numbers(self, request: HttpRequest, pk: int) -> JsonResponse:
+        event = self._viewable(request, pk)
+        confirmed = event.reservations.filter(status="CONFIRMED")
+        numbers = services.event_live_numbers(event.event_id) | {
+            "bookings": confirmed.count(),
+            "seatsSold": Event.objects.values_list("seats_sold", flat=True).get(pk=event.pk),
+            "totalSeats": event.total_seats,
+        }
+        return JsonResponse({"numbers": numbers, "series": live.series(event.event_id, confirmed)})
 
     @admin.display(description="protections")
     def protection(self, obj: Event) -> str:

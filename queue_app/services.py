@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
+from queue_app import live, tokens
 from queue_app import proof as queue_proof
-from queue_app import tokens
 from queue_app.models import EVENT_ID_RE, Event
 from ticketing import redis as r
 from ticketing.errors import DomainError, validation_error
@@ -417,7 +417,17 @@ def events_admit() -> list[Tick]:
             r.client().srem(r.EVENTS_KEY, event_id)
             continue
         ticks.append(Tick(event_id, outcome.decode(), *numbers))
+    _sample(ticks)
     return ticks
+
+
+def _sample(ticks: list[Tick]) -> None:
+    """The operators' live page's sample of this second (queue_app/live.py); a tick
+    that another beat already ran this second adds none. Losing one is only logged."""
+    try:
+        live.record({t.event_id: (t.waiting, t.admitted) for t in ticks if t.outcome != "ALREADY_TICKED"})
+    except r.redis.RedisError as exc:
+        log.warning("live samples not recorded: %r", exc)
 
 
 def queue_join_many(*, event_id: str, count: int, chunk: int = 10_000, distinct: bool = False) -> None:

@@ -184,6 +184,7 @@ class EventKeys:
         "tick",
         "admit_log",
         "refused",
+        "live",
         "bucket_prefix",
         "proofs_prefix",
     )
@@ -214,6 +215,8 @@ class EventKeys:
         self.admit_log = key(event_id, "admit", "log")
         # reason -> joins refused for it (lua/refused.lua), for the operator.
         self.refused = key(event_id, "refused")
+        # "<second>:<waiting>:<admitted>" per tick, newest first (queue_app/live.py).
+        self.live = key(event_id, "live")
         self.bucket_prefix = key(event_id, "tokens", "")
         self.proofs_prefix = key(event_id, "proofs", "")
 
