@@ -1,6 +1,7 @@
 """Per-client request limits, counted in Redis so every app server shares them."""
 
 import ipaddress
+import logging
 import uuid
 from collections.abc import Mapping
 from functools import lru_cache
@@ -15,6 +16,7 @@ from ticketing import redis as r
 from ticketing.errors import rate_limited
 
 WINDOW_MS = 1000
+logger = logging.getLogger(__name__)
 
 
 @lru_cache(maxsize=4096)
@@ -26,6 +28,23 @@ def _trusted(address: str) -> bool:
     return any(ip in net for net in settings.TRUSTED_PROXIES)
 
 
+_warned_untrusted_xff = False
+
+
+def _warn_untrusted_xff(peer: str) -> None:
+    """Once per process: a proxy we do not trust is in front of us. Every client
+    then counts as the proxy's address, and all of them share one rate limit."""
+    global _warned_untrusted_xff
+    _warned_untrusted_xff = True
+    logger.warning(
+        "A request carries X-Forwarded-For from %s, which is not in TRUSTED_PROXIES (%s): "
+        "rate limits count that address, not the client. If it is your proxy, add it "
+        "to TRUSTED_PROXIES.",
+        peer,
+        ", ".join(map(str, settings.TRUSTED_PROXIES)) or "empty",
+    )
+
+
 def client_ip(meta: Mapping) -> str:
     """The address of the person, not of our load balancer.
 
@@ -35,6 +54,8 @@ def client_ip(meta: Mapping) -> str:
     """
     peer = meta.get("REMOTE_ADDR", "")
     if not _trusted(peer):
+        if not _warned_untrusted_xff and "HTTP_X_FORWARDED_FOR" in meta:
+            _warn_untrusted_xff(peer)
         return peer
     hops = [h.strip() for h in meta.get("HTTP_X_FORWARDED_FOR", "").split(",")]
     hops = [h for h in hops if h]

@@ -109,6 +109,35 @@ if QUEUE_TOKEN_KEY_PREVIOUS and QUEUE_TOKEN_KEY_PREVIOUS_UNTIL is None:
     )
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+# --- Behind a TLS proxy ---
+# TLS ends at a proxy (nginx in docker-compose.yml, or a load balancer before it)
+# that talks plain HTTP to us and says the original scheme in X-Forwarded-Proto.
+# Without believing it every request looks like http: form POSTs fail CSRF's origin
+# check and the secure-cookie and redirect settings cannot work. Only the proxy may
+# reach the app, or a client could claim https for itself (which only harms it).
+BEHIND_TLS_PROXY = _bool("BEHIND_TLS_PROXY", False)
+if BEHIND_TLS_PROXY:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+_tls = BEHIND_TLS_PROXY and not DEBUG
+SECURE_SSL_REDIRECT = _bool("SECURE_SSL_REDIRECT", _tls)
+# Asked over plain HTTP inside the network: container healthchecks, and Prometheus
+# scraping a server directly (METRICS_ALLOWED_FROM guards that one).
+SECURE_REDIRECT_EXEMPT = [r"^health$", r"^metrics$"]
+SESSION_COOKIE_SECURE = _bool("SESSION_COOKIE_SECURE", _tls)
+CSRF_COOKIE_SECURE = _bool("CSRF_COOKIE_SECURE", _tls)
+# HSTS is sent over https only. 0 here (a developer's http://localhost is never
+# pinned to https); docker-compose.yml asks for a year.
+SECURE_HSTS_SECONDS = _int("SECURE_HSTS_SECONDS", 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = _bool("SECURE_HSTS_PRELOAD", False)
+# Asking browsers' preload lists to pin the domain to https is for good, and the
+# domain's owner's decision (SECURE_HSTS_PRELOAD=true): check --deploy does not ask.
+SILENCED_SYSTEM_CHECKS = ["security.W021"]
+# Django's defaults, stated: no MIME sniffing, no framing, no full URL to other sites.
+SECURE_CONTENT_TYPE_NOSNIFF = True
+X_FRAME_OPTIONS = "DENY"
+SECURE_REFERRER_POLICY = "same-origin"
 PORT = _int("PORT", 8000, minimum=1)
 # Threads per server process for Django's lane (booking, pages, admin: see
 # ticketing/asgi.py); the crowd's endpoints do not use them.

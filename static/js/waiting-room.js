@@ -41,17 +41,20 @@
     return token;
   }
 
+  // Over https the token cookie is Secure: never sent on a plain-http request.
+  const secureCookie = location.protocol === "https:" ? "; secure" : "";
+
   function keepToken(token) {
     try { localStorage.setItem(storeKey, token); } catch (e) { /* cookie still keeps it */ }
     document.cookie = cfg.cookie + "=" + encodeURIComponent(token) +
-      "; path=/; max-age=86400; samesite=lax";
+      "; path=/; max-age=86400; samesite=lax" + secureCookie;
   }
 
   // A token this service did not issue (made up, or from before a key rotation's
   // grace period ended): forget it and take a new place.
   function forgetToken() {
     try { localStorage.removeItem(storeKey); } catch (e) { /* ignore */ }
-    document.cookie = cfg.cookie + "=; path=/; max-age=0; samesite=lax";
+    document.cookie = cfg.cookie + "=; path=/; max-age=0; samesite=lax" + secureCookie;
   }
 
   function isForeign(answer) {
