@@ -254,15 +254,17 @@ def lanes_api(lane) -> Api:
 
 def event_state(event_id: str) -> dict:
     """Every Redis key of an event with its type and value: to prove nothing changed.
-    But the operator's count of refused joins, which a refusal is meant to move
-    (test_refused_joins_are_counted_per_event_and_reason)."""
+    But the operator's counts, which a refusal is meant to move: refused joins
+    (test_refused_joins_are_counted_per_event_and_reason) and the metrics' counters
+    (bookings by outcome, ticketing/tests/test_metrics.py)."""
+    from ticketing import metrics
     from ticketing import redis as r
 
     c = r.client()
     state = {}
-    refused = r.EventKeys(event_id).refused.encode()
+    counts = {r.EventKeys(event_id).refused.encode(), metrics.event_key(event_id).encode()}
     for name in sorted(c.scan_iter(match=r.EventKeys(event_id).pattern(), count=1000)):
-        if name == refused:
+        if name in counts:
             continue
         kind = c.type(name).decode()
         value = {

@@ -36,6 +36,7 @@ from booking_app.services import (
 )
 from queue_app import services as queue
 from queue_app.models import Event
+from ticketing import metrics
 from ticketing import redis as r
 from ticketing.errors import REDIS_ERRORS
 
@@ -116,6 +117,13 @@ def booking_reconcile(event_id: str) -> Report:
             pass  # expired, or Redis is away: it expires by itself
     if report.healed_from is not None:
         log.error("%s", report.lines()[0])
+    metrics.reconcile_corrected(
+        event_id,
+        seats=int(report.healed_from is not None),
+        ledger=int(report.ledger_fixed_from is not None),
+        marks=report.marks_restored,
+        outbox=len(report.written) + len(report.refused),
+    )
     return report
 
 

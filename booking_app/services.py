@@ -32,6 +32,7 @@ from booking_app.buyers import email_key
 from booking_app.models import Reservation
 from queue_app.models import Event
 from queue_app.services import Token, issued
+from ticketing import metrics
 from ticketing import redis as r
 from ticketing.errors import REDIS_ERRORS, DomainError
 
@@ -253,6 +254,7 @@ class Booked:
     status: str = Reservation.Status.CONFIRMED
 
 
+@metrics.observe_booking  # counts and logs each decision
 def booking_reserve(
     *,
     event_id: str,

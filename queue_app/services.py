@@ -16,6 +16,7 @@ from django.conf import settings
 from queue_app import live, tokens
 from queue_app import proof as queue_proof
 from queue_app.models import EVENT_ID_RE, Event
+from ticketing import metrics
 from ticketing import redis as r
 from ticketing.errors import DomainError, validation_error
 
@@ -391,6 +392,7 @@ def events_compact(event_ids: list[str]) -> dict[str, int]:
     return passed
 
 
+@metrics.observe_tick
 def events_admit() -> list[Tick]:
     """The tick for every known event: first the holes at the heads of the lines
     are compacted away (`events_compact`), then every event's admission script
@@ -521,3 +523,6 @@ def event_live_numbers(event_id: str) -> dict:
         "admittedLastMinute": sum(int(n) for second, n in recent if int(second) * 1000 > now - 60_000),
         "joinsRefused": {reason.decode(): int(n) for reason, n in sorted(refused.items())},
     }
+
+
+metrics.register_live_numbers(event_live_numbers)  # /metrics reads them at scrape time

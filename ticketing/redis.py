@@ -185,6 +185,7 @@ class EventKeys:
         "admit_log",
         "refused",
         "live",
+        "metrics",
         "bucket_prefix",
         "proofs_prefix",
     )
@@ -217,6 +218,8 @@ class EventKeys:
         self.refused = key(event_id, "refused")
         # "<second>:<waiting>:<admitted>" per tick, newest first (queue_app/live.py).
         self.live = key(event_id, "live")
+        # The event's counters for /metrics (ticketing/metrics.py).
+        self.metrics = key(event_id, "metrics")
         self.bucket_prefix = key(event_id, "tokens", "")
         self.proofs_prefix = key(event_id, "proofs", "")
 

@@ -260,6 +260,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so that the latency it measures is the whole of Django's lane (/metrics).
+    "ticketing.metrics.RequestLatencyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -349,10 +351,30 @@ SPECTACULAR_SETTINGS = {
     "ENUM_GENERATE_CHOICE_DESCRIPTION": False,
 }
 
+# --- Metrics and logs ---
+# /metrics (ticketing/metrics.py) answers these client addresses only, anyone else a
+# 404. Empty: this machine only. The client is read as for rate limits (through
+# TRUSTED_PROXIES).
+METRICS_ALLOWED_FROM = _networks("METRICS_ALLOWED_FROM") or (
+    ipaddress.ip_network("127.0.0.1/32"),
+    ipaddress.ip_network("::1/128"),
+)
+
+# json: one JSON object per line (a log pipeline); text: key=value after the message.
+LOG_FORMAT = env.str("LOG_FORMAT", default="").strip().lower() or "text"
+if LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"LOG_FORMAT={LOG_FORMAT!r}: expected text or json")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {
+        "text": {
+            "()": "ticketing.logs.KeyValueFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        },
+        "json": {"()": "ticketing.logs.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
 }

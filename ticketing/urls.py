@@ -8,7 +8,7 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from ticketing import accounts
+from ticketing import accounts, metrics
 
 
 def health(request: HttpRequest) -> JsonResponse:
@@ -23,6 +23,7 @@ def health(request: HttpRequest) -> JsonResponse:
 
 urlpatterns = [
     path("health", health),
+    path("metrics", metrics.view, name="metrics"),  # METRICS_ALLOWED_FROM only
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("admin/", admin.site.urls),
