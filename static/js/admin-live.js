@@ -1,5 +1,6 @@
 // The admin's live page of an event: its numbers every second, and SVG charts of the
-// last 30 minutes (waiting; admitted and bookings per 10 s), from the page's JSON.
+// last 30 minutes (waiting; admitted per second and bookings per 10 s, over 10 s
+// buckets), from the page's JSON.
 (function () {
   "use strict";
   const root = document.getElementById("live");
@@ -58,7 +59,9 @@
       const refused = Object.entries(n.joinsRefused).map(([k, v]) => k.replace("_", " ") + " " + fmt(v));
       document.getElementById("n-joinsRefused").textContent = refused.join(", ") || "0";
       draw(document.getElementById("chart-waiting"), data.series.waiting, false);
-      draw(document.getElementById("chart-admitted"), data.series.admitted, true);
+      const step = data.series.step;
+      const perSecond = data.series.admitted.map((n) => Math.round((n / step) * 10) / 10);
+      draw(document.getElementById("chart-admitted"), perSecond, true);
       draw(document.getElementById("chart-bookings"), data.series.bookings, true);
       document.getElementById("updated").textContent = "Updated " + new Date().toLocaleTimeString();
       root.dataset.ready = "1";
