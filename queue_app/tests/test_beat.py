@@ -2,6 +2,7 @@
 (RabbitMQ in CI, Redis by default), against the real Redis."""
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -35,6 +36,7 @@ class Stack:
             env=self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # its pool's children are stopped with it
         )
 
     def worker(self, name: str) -> None:
@@ -53,9 +55,20 @@ class Stack:
         self.start(name, "beat", f"--schedule={self.tmp / name}")
 
     def stop(self, name: str) -> None:
+        """A warm shutdown; a process that does not finish it in 30 s is killed, with
+        its pool, so that no beat keeps ticking into the tests that follow."""
         proc = self.procs.pop(name)
         proc.terminate()
-        proc.wait(30)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # pool children left behind
+            except ProcessLookupError:
+                pass
 
     def log(self, name: str) -> str:
         return (self.tmp / f"{name}.log").read_text()
