@@ -126,8 +126,7 @@ class BookingView(Endpoint):
         ),
     )
     def post(self, request: Request) -> Response:
-        user = request.user
-        user_id = user.pk if user is not None and user.is_authenticated else None
+        user_id = self.account_id(request)
         return self.answer(services.booking_reserve(**self.validated(request), user_id=user_id))
 
 

@@ -22,9 +22,10 @@ def client_of(request: Request) -> services.Client:
     """Who asks, for the event's protections: the account signed in by Django's
     session (on this lane only: the fast lane hands requests with a session to it),
     and the client address."""
-    user = request.user
-    account = str(user.pk) if user is not None and user.is_authenticated else ""
-    return services.Client(account=account, address=client_address(request.META))
+    account = Endpoint.account_id(request)
+    return services.Client(
+        account="" if account is None else str(account), address=client_address(request.META)
+    )
 
 
 def anonymous_client(meta: Mapping) -> services.Client:

@@ -60,6 +60,13 @@ class Endpoint(APIView):
         except Exception:  # a malformed body or id: nothing to count against
             return None
 
+    @staticmethod
+    def account_id(request: Request) -> int | None:
+        """The signed-in account, for views with SessionAuthentication; None for
+        anyone else (DRF's user is None without an authenticator that found one)."""
+        user = request.user
+        return user.pk if user is not None and user.is_authenticated else None
+
     def validated(self, request: Request) -> dict:
         """Input's validated data, keyed by the services' argument names."""
         if self.Input is None:

@@ -62,13 +62,12 @@ class Stack:
         try:
             proc.wait(30)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)  # pool children left behind
-            except ProcessLookupError:
-                pass
+            pass
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # a hung shutdown, or pool children left behind
+        except ProcessLookupError:
+            pass
+        proc.wait()
 
     def log(self, name: str) -> str:
         return (self.tmp / f"{name}.log").read_text()
