@@ -12,7 +12,8 @@
 -- setting that is not a number) fails the tick with nothing changed, never with the
 -- head of the line popped and `popped` stale.
 --
--- KEYS[1] meta    HASH    status, admitPerSecond, windowSeconds, maxActive; admitRate is written
+-- KEYS[1] meta    HASH    status, admitPerSecond, windowSeconds, maxActive, draw, opensAt;
+--                         admitRate is written
 -- KEYS[2] seq     STRING  last arrival number issued
 -- KEYS[3] popped  STRING  arrival numbers already taken off the head of the line
 -- KEYS[4] line    LIST    tokens (16 raw bytes) in arrival order
@@ -21,13 +22,24 @@
 -- KEYS[7] seats   STRING  seats left
 -- KEYS[8] tick    STRING  the last second (Redis clock) a tick ran
 -- KEYS[9] log     LIST    "<second>:<admitted>" of the last 120 ticks, newest first
+-- KEYS[10] pre    STRING  a drawn pre-queue's tokens, 16 bytes each, by arrival number
+-- KEYS[11] drawnum STRING the arrival number at each drawn position, 4 bytes each
+-- ARGV[1] how long before a scheduled start its draw is due (ms)
 --
 -- Touches no key but these: a person's token carries their arrival number, and
--- "taken off the head" is that number being <= `popped`.
+-- "taken off the head" is their place being <= `popped`. After a scheduled start's
+-- draw (meta draw = DONE, drawSize = P), places 1..P are the pre-queue in drawn
+-- order, read from KEYS[11] and KEYS[10]; the LIST holds the places after P. Once
+-- the line is past P, those two keys are deleted.
+--
+-- An event with a scheduled start admits nobody until its pre-queue is drawn (meta
+-- draw = PENDING): NOT_OPEN, then DRAW_DUE from ARGV[1] ms before the start on,
+-- which tells the caller to have the draw run (queue_app/draw.py: it prepares
+-- what it can while the pre-queue is still open, and draws at the start).
 --
 -- Returns {outcome, admitted, waiting, active}; outcome is ADMITTED, ALREADY_TICKED,
--- NOT_OPEN, SOLD_OUT, EMPTY (nobody waiting), FULL (the active cap is reached) or
--- EVENT_NOT_FOUND.
+-- NOT_OPEN, DRAW_DUE, SOLD_OUT, EMPTY (nobody waiting), FULL (the active cap is
+-- reached) or EVENT_NOT_FOUND.
 
 -- A last tick more than this many seconds ahead of Redis' clock is not "this second
 -- already ticked" but the clock having gone back (a failover to a replica whose
@@ -46,7 +58,7 @@ end
 
 -- 1. Read and validate; nothing is written before step 2.
 local meta = redis.call('HMGET', KEYS[1], 'status', 'admitPerSecond', 'windowSeconds', 'maxActive',
-  'admitRate')
+  'admitRate', 'draw', 'opensAt', 'drawSize')
 if not meta[1] then return {'EVENT_NOT_FOUND', 0, 0, 0} end
 
 local t = redis.call('TIME')
@@ -63,9 +75,41 @@ local seq = number(redis.call('GET', KEYS[2]) or 0, KEYS[2])
 local popped = number(redis.call('GET', KEYS[3]) or 0, KEYS[3])
 local waiting = seq - popped - redis.call('ZCARD', KEYS[5])
 redis.call('LLEN', KEYS[9])
+local drawn = meta[6] == 'DONE' and number(meta[8], 'drawSize') or 0
+local drawn_left = drawn > popped and redis.call('STRLEN', KEYS[10]) > 0
+if drawn_left then redis.call('STRLEN', KEYS[11]) end
+
+-- The tokens at places first..first+count-1: a drawn pre-queue's from its tables,
+-- the rest from the LIST, whose head is the place after `popped` and the pre-queue.
+local function fetch(first, count)
+  local tokens, last = {}, first + count - 1
+  if first <= drawn then
+    local upto = math.min(last, drawn)
+    local numbers = redis.call('GETRANGE', KEYS[11], (first - 1) * 4, upto * 4 - 1)
+    if #numbers ~= (upto - first + 1) * 4 then error(KEYS[11] .. ' is shorter than the draw') end
+    for i = 1, #numbers, 4 do
+      local b1, b2, b3, b4 = numbers:byte(i, i + 3)
+      local n = ((b1 * 256 + b2) * 256 + b3) * 256 + b4
+      local token = redis.call('GETRANGE', KEYS[10], (n - 1) * 16, n * 16 - 1)
+      if #token ~= 16 then error(KEYS[10] .. ' holds no token for ' .. n) end
+      tokens[#tokens + 1] = token
+    end
+    first = upto + 1
+  end
+  if first <= last then
+    local base = math.max(popped, drawn)
+    for _, token in ipairs(redis.call('LRANGE', KEYS[4], first - base - 1, last - base - 1)) do
+      tokens[#tokens + 1] = token
+    end
+  end
+  return tokens
+end
 
 local outcome, want = 'ADMITTED', 0
-if meta[1] ~= 'OPEN' then
+if meta[6] == 'PENDING' then
+  local due = meta[1] ~= 'CLOSED' and now >= number(meta[7], 'opensAt') - number(ARGV[1], 'the lead')
+  outcome = due and 'DRAW_DUE' or 'NOT_OPEN'
+elseif meta[1] ~= 'OPEN' then
   outcome = 'NOT_OPEN'
 elseif number(redis.call('GET', KEYS[7]) or 0, KEYS[7]) <= 0 then
   outcome = 'SOLD_OUT'
@@ -93,7 +137,7 @@ if outcome == 'ADMITTED' then
     -- Ask for the people still wanted plus as many as the holes seen so far: a line
     -- full of holes is read in growing chunks, not one short LRANGE per person.
     local size = math.min(want - #admit + #holes, limit - consumed)
-    local tokens = redis.call('LRANGE', KEYS[4], consumed, consumed + size - 1)
+    local tokens = fetch(popped + consumed + 1, size)
     if #tokens == 0 then break end
     for _, token in ipairs(tokens) do
       consumed = consumed + 1
@@ -113,7 +157,9 @@ redis.call('SET', KEYS[8], second)
 redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now)
 local admitted = #admit
 if outcome == 'ADMITTED' then
-  if consumed > 0 then redis.call('LTRIM', KEYS[4], consumed, -1) end
+  local from_list = popped + consumed - math.max(popped, drawn)
+  if from_list > 0 then redis.call('LTRIM', KEYS[4], from_list, -1) end
+  if drawn_left and popped + consumed >= drawn then redis.call('DEL', KEYS[10], KEYS[11]) end
   for _, token in ipairs(admit) do redis.call('ZADD', KEYS[6], expires, token) end
   for _, place in ipairs(holes) do redis.call('ZREM', KEYS[5], place) end
   redis.call('SET', KEYS[3], popped + consumed)

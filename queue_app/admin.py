@@ -28,7 +28,23 @@ class EventForm(forms.ModelForm):
             "require_account",
             "max_places_per_address",
             "max_seats_per_buyer",
+            "opens_at",
         ]
+
+    def clean_opens_at(self) -> object:
+        opens_at = self.cleaned_data["opens_at"]
+        before = (
+            Event.objects.values_list("opens_at", flat=True).get(pk=self.instance.pk)
+            if self.instance.pk
+            else None
+        )
+        if not self.instance.pk or (opens_at is None) == (before is None):
+            return opens_at  # a new event, no start, or one that moves (Event.clean says when)
+        if services.line_started(self.instance.event_id):
+            if opens_at is None:
+                raise forms.ValidationError("People have joined the pre-queue: its start can move, not go.")
+            raise forms.ValidationError("People have joined this line: it can no longer get a start time.")
+        return opens_at
 
     def clean_total_seats(self) -> int:
         total = self.cleaned_data["total_seats"]
@@ -92,6 +108,16 @@ class EventAdmin(admin.ModelAdmin):
                 ],
             },
         ),
+        (
+            "Scheduled start",
+            {
+                "description": "Before the start, joining puts people in a pre-queue and their page counts "
+                "down. At the start their order is drawn at random, in a way anyone can check "
+                "(the draw's page publishes a commitment now, the seed and the list after the start). "
+                "Admission begins right after the draw.",
+                "fields": ["opens_at", "draw_link"],
+            },
+        ),
         ("Record", {"fields": ["created_at", "updated_at"]}),
     ]
 
@@ -104,7 +130,19 @@ class EventAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Event | None = None) -> tuple:
         # The id names the Redis keys: renaming it would orphan the live line.
-        return ("event_id", "created_at", "updated_at") if obj else ("created_at", "updated_at")
+        return (
+            ("event_id", "draw_link", "created_at", "updated_at")
+            if obj
+            else ("draw_link", "created_at", "updated_at")
+        )
+
+    @admin.display(description="draw")
+    def draw_link(self, obj: Event | None) -> str:
+        found = getattr(obj, "draw", None) if obj and obj.pk and obj.opens_at else None
+        if found is None:
+            return "–"
+        state = "drawn" if found.drawn_at else "commitment " + found.commitment[:16] + "…"
+        return format_html('<a href="{}">{}</a>', reverse("draw-page", args=[obj.event_id]), state)
 
     def _live(self, obj: Event) -> dict:
         # One pipelined round trip per event, cached for the row's columns.

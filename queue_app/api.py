@@ -5,14 +5,16 @@ these declarations (`fast_service`); Django's lane serves them to everything els
 """
 
 from collections.abc import Mapping
+from itertools import chain
 
-from drf_spectacular.utils import extend_schema, extend_schema_field
+from django.http import StreamingHttpResponse
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from queue_app import proof, services
+from queue_app import draw, proof, services
 from queue_app.models import EVENT_ID_PATTERN
 from ticketing.api import Endpoint, StrictField, responses
 from ticketing.ratelimit import JoinThrottle, LeaveThrottle, client_address
@@ -107,6 +109,11 @@ class JoinedOutput(serializers.Serializer):
     joinedAt = serializers.IntegerField(  # noqa: N815
         source="joined_at", allow_null=True, help_text="ms; null when rejoin kept the place"
     )
+    receipt = serializers.CharField(
+        allow_null=True,
+        help_text="A place in the pre-queue of a scheduled start: its public id in the draw "
+        "(16 hexadecimal digits; GET /api/queue/draw). null for any other place.",
+    )
 
 
 class RejoinedOutput(JoinedOutput):
@@ -122,7 +129,11 @@ class LeftOutput(serializers.Serializer):
 
 
 class PositionOutput(serializers.Serializer):
-    status = serializers.ChoiceField(choices=["WAITING", "ACTIVE", "BOOKED", "EXPIRED", "NOT_FOUND"])
+    status = serializers.ChoiceField(
+        choices=["PRE_QUEUE", "DRAWING", "WAITING", "ACTIVE", "BOOKED", "EXPIRED", "NOT_FOUND"],
+        help_text="PRE_QUEUE: joined before the event's scheduled start (opensAt); the order is drawn "
+        "then. DRAWING: the start has passed and the draw is running; poll again soon.",
+    )
     rank = serializers.IntegerField(allow_null=True, help_text="1-based, while WAITING")
     totalWaiting = serializers.IntegerField(source="total_waiting")  # noqa: N815
     ahead = serializers.IntegerField(allow_null=True)
@@ -139,6 +150,17 @@ class PositionOutput(serializers.Serializer):
     eventStatus = serializers.ChoiceField(source="event_status", choices=["OPEN", "PAUSED", "CLOSED"])  # noqa: N815
     soldOut = serializers.BooleanField(source="sold_out")  # noqa: N815
     etaSeconds = serializers.IntegerField(source="eta_seconds", allow_null=True)  # noqa: N815
+    opensAt = serializers.IntegerField(  # noqa: N815
+        source="opens_at", allow_null=True, help_text="ms: the event's scheduled start, when it has one"
+    )
+    receipt = serializers.CharField(
+        allow_null=True, help_text="a place of the pre-queue: its receipt in the draw (GET /api/queue/draw)"
+    )
+    drawPosition = serializers.IntegerField(  # noqa: N815
+        source="draw_position",
+        allow_null=True,
+        help_text="a place of the pre-queue, once drawn: its position",
+    )
 
 
 class JoinView(Endpoint):
@@ -257,3 +279,90 @@ class ChallengeView(Endpoint):
     )
     def get(self, request: Request) -> Response:
         return self.answer(services.queue_challenge(**self.validated(request)))
+
+
+@extend_schema_field(
+    {
+        "type": "string",
+        "pattern": "^[0-9a-f]{16}$",
+        "description": "A receipt of this draw (the join answer's `receipt`): adds its position.",
+    }
+)
+class ReceiptField(StrictField):
+    parse = staticmethod(draw.parse_receipt)
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(required=False, **kwargs)
+
+
+class DrawInput(EventInput):
+    receipt = ReceiptField()
+
+
+class DrawOutput(serializers.Serializer):
+    eventId = serializers.CharField(source="event_id")  # noqa: N815
+    opensAt = serializers.IntegerField(source="opens_at", help_text="ms: the scheduled start")  # noqa: N815
+    status = serializers.ChoiceField(
+        choices=["SCHEDULED", "DRAWING", "DRAWN"],
+        help_text="SCHEDULED: before the start; DRAWING: the start has passed; DRAWN: published",
+    )
+    commitment = serializers.CharField(help_text="SHA-256 of the seed (hex), published before the start")
+    seed = serializers.CharField(allow_null=True, help_text="32 bytes (hex), once DRAWN")
+    size = serializers.IntegerField(allow_null=True, help_text="places in the pre-queue, once DRAWN")
+    listDigest = serializers.CharField(  # noqa: N815
+        source="list_digest",
+        allow_null=True,
+        help_text="SHA-256 of the receipts in the order they joined, once DRAWN",
+    )
+    finalSeed = serializers.CharField(  # noqa: N815
+        source="final_seed", allow_null=True, help_text="SHA-256(seed || listDigest), once DRAWN"
+    )
+    receipt = serializers.CharField(allow_null=True, help_text="the receipt asked for")
+    position = serializers.IntegerField(allow_null=True, help_text="its drawn position (1 is first)")
+
+
+class DrawView(Endpoint):
+    """An event's draw (docs/draw.md): its commitment before the scheduled start; the
+    seed and the check's figures after it; with `receipt`, that place's position.
+    The whole list is GET /api/queue/draw/receipts."""
+
+    Input, Output, source = DrawInput, DrawOutput, "query"
+
+    @extend_schema(
+        operation_id="queue_draw",
+        parameters=[DrawInput],
+        responses=responses(
+            DrawOutput, "VALIDATION_ERROR", "EVENT_NOT_FOUND", "NO_DRAW", "NOT_DRAWN", "RECEIPT_NOT_FOUND"
+        ),
+    )
+    def get(self, request: Request) -> Response:
+        return self.answer(draw.published(**self.validated(request)))
+
+
+class DrawReceiptsView(Endpoint):
+    """The published list: one "<receipt> <position>" line per place of the
+    pre-queue, in the order they joined (text/plain). docs/verify_draw.py checks it."""
+
+    Input, Output, source = EventInput, DrawOutput, "query"
+
+    def perform_content_negotiation(self, request: Request, force: bool = False) -> tuple:
+        # The list is text whatever the client accepts; errors stay JSON.
+        return super().perform_content_negotiation(request, force=True)
+
+    @extend_schema(
+        operation_id="queue_draw_receipts",
+        parameters=[EventInput],
+        responses={
+            **responses(DrawOutput, "VALIDATION_ERROR", "EVENT_NOT_FOUND", "NO_DRAW", "NOT_DRAWN"),
+            200: OpenApiResponse(
+                {"type": "string"},
+                description='text/plain: "<receipt> <position>" lines, in the order they joined',
+            ),
+        },
+    )
+    def get(self, request: Request) -> StreamingHttpResponse:
+        lines = draw.receipts_lines(**self.validated(request))
+        first = next(lines, b"")  # errors (NOT_DRAWN) are raised before the answer starts
+        response = StreamingHttpResponse(chain([first], lines), content_type="text/plain; charset=utf-8")
+        response["Cache-Control"] = "public, max-age=3600"  # never changes once drawn
+        return response

@@ -1,8 +1,11 @@
 """The operator's record of an event. Redis holds the live state (see services)."""
 
+import hashlib
 import re
+import secrets
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
@@ -74,6 +77,15 @@ class Event(models.Model):
     # Redis allowed from a count it had lost (a restart that lost its last second),
     # so a seat is never sold twice whatever Redis says.
     seats_sold = models.PositiveIntegerField(default=0, editable=False)
+    # A scheduled start (docs/draw.md): joins before it enter the pre-queue, drawn
+    # into the line at this time in an order anyone can check.
+    opens_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Scheduled start: people who join before it are placed in the line in a random "
+        "order drawn at this time, which anyone can check; later arrivals follow in order. "
+        "Empty: the line is first come, first served from the first join.",
+    )
     # When the event last became CLOSED: its Redis data goes EVENT_PURGE_AFTER_SECONDS
     # later (booking_app/retention.py); None while it is not closed.
     closed_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -106,6 +118,28 @@ class Event(models.Model):
         elif fields is not None and "status" in fields:
             kwargs["update_fields"] = [*fields, "closed_at"]
         super().save(*args, **kwargs)
+        if self.opens_at is not None:
+            # The seed is chosen when a start is first scheduled, so that its
+            # commitment can be shown from then on (docs/draw.md).
+            Draw.objects.get_or_create(event=self)
+
+    def clean(self) -> None:
+        """A start is set in the future, and stays as it is once it has passed (the
+        pre-queue closed then, and its draw is under way or done)."""
+        stored = (
+            None
+            if self._state.adding
+            else type(self).objects.filter(pk=self.pk).values_list("opens_at", flat=True).first()
+        )
+        if self.opens_at == stored:
+            return
+        now = timezone.now()
+        if stored is not None and stored <= now:
+            raise ValidationError(
+                {"opens_at": "The start has passed: its draw is under way or done, so it stays."}
+            )
+        if self.opens_at is not None and self.opens_at <= now:
+            raise ValidationError({"opens_at": "The start must be in the future."})
 
     def apply_hot_sale(self) -> None:
         """The protections a contested sale wants together, each kept where the
@@ -138,3 +172,35 @@ class Event(models.Model):
             "max_active_users": settings.MAX_ACTIVE_USERS,
             "max_seats_per_booking": settings.MAX_SEATS_PER_BOOKING,
         }
+
+
+def new_seed() -> bytes:
+    return secrets.token_bytes(32)
+
+
+class Draw(models.Model):
+    """The draw of an event's pre-queue (docs/draw.md): the secret seed from the
+    moment the start is scheduled (only its hash, the commitment, is shown before
+    the start), then what the draw publishes.
+
+    The receipts are kept here, not in Redis: the published list must outlive the
+    event's Redis data, and it is read only by people checking the draw."""
+
+    event = models.OneToOneField(Event, on_delete=models.CASCADE, related_name="draw")
+    seed = models.BinaryField(max_length=32, editable=False, default=new_seed)
+    # Filled by the draw: how many joined before the start, their receipts (8 bytes
+    # each) in the order they joined, and each one's drawn position (4 bytes,
+    # big-endian), in the same order.
+    size = models.PositiveIntegerField(null=True, editable=False)
+    receipts = models.BinaryField(null=True, editable=False)
+    positions = models.BinaryField(null=True, editable=False)
+    drawn_at = models.DateTimeField(null=True, editable=False)
+
+    def __str__(self) -> str:
+        return f"draw of {self.event}"
+
+    @property
+    def commitment(self) -> str:
+        """SHA-256 of the seed, in hex: published before the start, so the seed
+        revealed after it can be checked against it."""
+        return hashlib.sha256(bytes(self.seed)).hexdigest()

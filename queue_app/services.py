@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from queue_app import live, tokens
+from queue_app import draw, live, tokens
 from queue_app import proof as queue_proof
-from queue_app.models import EVENT_ID_RE, Event
+from queue_app.models import EVENT_ID_RE, Draw, Event
 from ticketing import metrics
 from ticketing import redis as r
 from ticketing.errors import DomainError, validation_error
@@ -95,6 +95,7 @@ class Joined:
     joined_at: int | None  # ms on Redis' clock; None when the place was kept
     rejoined: bool = False  # rejoin: the place (or the active window) was kept
     status: str = "WAITING"  # rejoin: WAITING or ACTIVE
+    receipt: str | None = None  # a place of a scheduled start's pre-queue (docs/draw.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +134,7 @@ def _join_script_call(
     by_address, address_bucket = k.owned(b"a" + client.address) if client.address else (b"", k.meta)
     keys = [
         k.meta, k.seq, k.line, k.bucket(nonce), k.active, booked, k.popped, old_bucket,
-        account_bucket, address_bucket, proofs,
+        account_bucket, address_bucket, proofs, k.drawpos, k.pre,
     ]  # fmt: skip
     ipad, opad = tokens.keys()[0].pads
     args = [
@@ -142,15 +143,25 @@ def _join_script_call(
     return "join", keys, args
 
 
+def _receipt(event_id: str, token: bytes, prequeue: int) -> str | None:
+    return draw.receipt(event_id, token).hex() if prequeue else None
+
+
 def _joined(event_id: str, token: Token | None, reply: list) -> Joined:
     outcome, *rest = reply
     if outcome == b"JOINED":
-        return Joined(Token.of(rest[1]).text, event_id, rest[0])
+        return Joined(Token.of(rest[1]).text, event_id, rest[0], receipt=_receipt(event_id, rest[1], rest[2]))
     if outcome in (b"WAITING", b"ACTIVE"):  # a rejoin that kept its place
         assert token is not None
-        return Joined(token.text, event_id, None, rejoined=True, status=outcome.decode())
+        return Joined(
+            token.text, event_id, None, rejoined=True, status=outcome.decode(),
+            receipt=_receipt(event_id, token.raw, rest[1]),
+        )  # fmt: skip
     if outcome == b"HELD":
-        return Joined(Token.of(rest[1]).text, event_id, None, rejoined=True, status=rest[0].decode())
+        return Joined(
+            Token.of(rest[1]).text, event_id, None, rejoined=True, status=rest[0].decode(),
+            receipt=_receipt(event_id, rest[1], rest[2]),
+        )  # fmt: skip
     if outcome == b"EVENT_NOT_FOUND":
         raise _event_not_found(event_id)
     if outcome == b"EVENT_CLOSED":
@@ -229,7 +240,7 @@ class Left:
 def _leave_call(event_id: str, token: Token) -> Call:
     issued(event_id, token)
     k = r.event_keys(event_id)
-    return "leave", [k.meta, k.bucket(token.raw), k.left, k.popped], [token.raw]
+    return "leave", [k.meta, k.bucket(token.raw), k.left, k.popped, k.drawpos], [token.raw]
 
 
 def _left(event_id: str, removed: int) -> Left:
@@ -249,11 +260,25 @@ async def aqueue_leave(*, event_id: str, token: Token) -> Left:
 # The seed's adaptive polling: the further back, the less often.
 _POLL_STEPS_MS = ((100_000, 10_000), (10_000, 5_000), (1_000, 3_000), (100, 2_000))
 _ACTIVE_POLL_MS = 2_000
+# Before a scheduled start: the seed's slowest step while the start is far; then one
+# poll spread over the first seconds after it (the draw takes a few), so that the
+# whole pre-queue does not ask in the start's millisecond. While drawing: soon.
+_PRE_QUEUE_POLL_MS = 10_000
+_AFTER_START_SPREAD_MS = (500, 3_000)
+_DRAWING_POLL_MS = (1_000, 3_000)
 
 
-def next_poll_ms(status: str, rank: int | None) -> int:
+def next_poll_ms(status: str, rank: int | None, until_start_ms: int | None = None) -> int:
     """Base interval of the seed's table with +/-20 % jitter, so that a crowd that
-    joined in the same second does not poll in the same millisecond forever."""
+    joined in the same second does not poll in the same millisecond forever; before
+    a scheduled start, a time spread over the seconds after it."""
+    if status == "PRE_QUEUE":
+        until = max(until_start_ms or 0, 0)
+        if until > _PRE_QUEUE_POLL_MS * 1.5:
+            return int(_PRE_QUEUE_POLL_MS * random.uniform(0.8, 1.2))
+        return until + random.randint(*_AFTER_START_SPREAD_MS)
+    if status == "DRAWING":
+        return random.randint(*_DRAWING_POLL_MS)
     if status == "ACTIVE":
         base = _ACTIVE_POLL_MS
     elif status == "WAITING":
@@ -267,7 +292,7 @@ def next_poll_ms(status: str, rank: int | None) -> int:
 class Position:
     """What a poll shows a person."""
 
-    status: str  # WAITING, ACTIVE, BOOKED, EXPIRED or NOT_FOUND
+    status: str  # PRE_QUEUE, DRAWING, WAITING, ACTIVE, BOOKED, EXPIRED or NOT_FOUND
     rank: int | None  # 1-based, while WAITING
     total_waiting: int
     ahead: int | None
@@ -280,22 +305,30 @@ class Position:
     event_status: str
     sold_out: bool
     eta_seconds: int | None
+    opens_at: int | None  # ms: the event's scheduled start, when it has one
+    receipt: str | None  # a place of the pre-queue: its receipt in the draw
+    draw_position: int | None  # and its drawn position, once drawn
 
 
 def _poll_call(event_id: str, token: Token) -> Call:
     issued(event_id, token)
     k = r.event_keys(event_id)
-    keys = [k.meta, k.seq, k.popped, k.left, k.bucket(token.raw), k.active, k.booked(token.text), k.seats]
+    keys = [
+        k.meta, k.seq, k.popped, k.left, k.bucket(token.raw), k.active, k.booked(token.text), k.seats,
+        k.drawpos,
+    ]  # fmt: skip
     return "poll", keys, [token.raw]
 
 
-def _position(event_id: str, reply: list) -> Position:
+def _position(event_id: str, token: Token, reply: list) -> Position:
     state = reply[0].decode()
     if state == "EVENT_NOT_FOUND":
         raise _event_not_found(event_id)
-    _, waiting, seats, event_status, detail, rate = reply
+    _, waiting, seats, event_status, detail, rate, opens_at, prequeue, position = reply
     rank = detail if state == "WAITING" else None
     rate = float(rate)
+    opens_at = int(opens_at) if opens_at else None
+    until_start = None if opens_at is None else opens_at - int(time.time() * 1000)
     return Position(
         status=state,
         rank=rank,
@@ -303,7 +336,7 @@ def _position(event_id: str, reply: list) -> Position:
         ahead=rank - 1 if rank is not None else None,
         behind=waiting - rank if rank is not None else None,
         remaining_seats=max(seats, 0),  # a recount may go below 0 until releases land
-        next_poll_ms=next_poll_ms(state, rank),
+        next_poll_ms=next_poll_ms(state, rank, until_start),
         active_expires_at=int(detail) if state == "ACTIVE" else None,
         reservation_id=detail.decode() if state == "BOOKED" else None,
         event_id=event_id,
@@ -314,15 +347,18 @@ def _position(event_id: str, reply: list) -> Position:
             if rank is not None and rate > 0 and seats > 0 and event_status == b"OPEN"
             else None
         ),
+        opens_at=opens_at,
+        receipt=_receipt(event_id, token.raw, prequeue),
+        draw_position=position or None,
     )
 
 
 def queue_poll(*, event_id: str, token: Token) -> Position:
-    return _position(event_id, r.run(*_poll_call(event_id, token)))
+    return _position(event_id, token, r.run(*_poll_call(event_id, token)))
 
 
 async def aqueue_poll(*, event_id: str, token: Token) -> Position:
-    return _position(event_id, await r.arun(*_poll_call(event_id, token)))
+    return _position(event_id, token, await r.arun(*_poll_call(event_id, token)))
 
 
 # --- Admission -----------------------------------------------------------------
@@ -331,7 +367,7 @@ async def aqueue_poll(*, event_id: str, token: Token) -> Position:
 @dataclass(frozen=True, slots=True)
 class Tick:
     event_id: str
-    outcome: str  # ADMITTED, ALREADY_TICKED, NOT_OPEN, SOLD_OUT, EMPTY, FULL, EVENT_NOT_FOUND
+    outcome: str  # ADMITTED, ALREADY_TICKED, NOT_OPEN, DRAW_DUE, SOLD_OUT, EMPTY, FULL, EVENT_NOT_FOUND
     admitted: int
     waiting: int
     active: int
@@ -339,8 +375,8 @@ class Tick:
 
 def _admit_args(event_id: str) -> tuple[list[str], list[str]]:
     k = r.EventKeys(event_id)
-    keys = [k.meta, k.seq, k.popped, k.line, k.left, k.active, k.seats, k.tick, k.admit_log]
-    return keys, []
+    keys = [k.meta, k.seq, k.popped, k.line, k.left, k.active, k.seats, k.tick, k.admit_log, k.pre, k.drawnum]
+    return keys, [draw.LEAD_MS]
 
 
 def event_admit(event_id: str) -> Tick:
@@ -360,7 +396,7 @@ COMPACT_SECONDS = 0.3
 
 def _compact_call(event_id: str) -> Call:
     k = r.event_keys(event_id)
-    return "compact", [k.popped, k.line, k.left], [COMPACT_CHUNK]
+    return "compact", [k.popped, k.line, k.left, k.meta], [COMPACT_CHUNK]
 
 
 def event_compact(event_id: str) -> int:
@@ -459,6 +495,11 @@ class SeatsBelowSold(ValueError):
     pass
 
 
+class LineStarted(ValueError):
+    """A start cannot be set for a line anyone has joined, nor removed from a
+    pre-queue anyone has joined."""
+
+
 def event_publish(event: Event, *, sold: int = 0) -> int:
     """Copy the operator's record into Redis, where the hot paths read it.
 
@@ -478,15 +519,29 @@ def event_publish(event: Event, *, sold: int = 0) -> int:
         "maxPerAddress": event.max_places_per_address,
     }
     pairs = [x for item in fields.items() for x in item]
+    # A start whose draw has happened is history: a line rebuilt after it (a reset,
+    # a Redis that lost its data) is first come, first served.
+    drawn = event.opens_at is not None and Draw.objects.filter(event=event, drawn_at__isnull=False).exists()
+    opens_at = "" if event.opens_at is None or drawn else int(event.opens_at.timestamp() * 1000)
     outcome, left = r.run(
         "event_sync",
-        [k.meta, k.seats],
-        [event.total_seats, sold, int(time.time() * 1000), *pairs],
+        [k.meta, k.seats, k.seq],
+        [event.total_seats, sold, int(time.time() * 1000), opens_at, *pairs],
     )
     if outcome == b"SEATS_BELOW_SOLD":
         raise SeatsBelowSold(f"{event.event_id}: {event.total_seats} seats is fewer than already sold.")
+    if outcome == b"LINE_STARTED":
+        raise LineStarted(f"{event.event_id}: people have joined the line; it cannot get a start time now.")
+    if outcome == b"PRE_QUEUE_JOINED":
+        raise LineStarted(f"{event.event_id}: people have joined the pre-queue; its start can move, not go.")
     r.client().sadd(r.EVENTS_KEY, event.event_id)
     return left
+
+
+def line_started(event_id: str) -> bool:
+    """Whether anyone has joined the line (or its pre-queue): too late to give it a
+    scheduled start, or to take one away."""
+    return int(r.client().get(r.event_keys(event_id).seq) or 0) > 0
 
 
 def event_wipe(event_id: str) -> int:

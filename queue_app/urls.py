@@ -8,6 +8,10 @@ urlpatterns = [
     path("api/queue/leave", api.LeaveView.as_view(), name="queue-leave"),
     path("api/queue/challenge", api.ChallengeView.as_view(), name="queue-challenge"),
     path("api/status/poll", api.PollView.as_view(), name="status-poll"),
+    path("api/queue/draw", api.DrawView.as_view(), name="queue-draw"),
+    path("api/queue/draw/receipts", api.DrawReceiptsView.as_view(), name="queue-draw-receipts"),
     path("", views.event_list, name="event-list"),
     path("events/<str:event_id>/", views.waiting_room, name="waiting-room"),
+    path("events/<str:event_id>/draw", views.draw_page, name="draw-page"),
+    path("verify_draw.py", views.verify_script, name="verify-draw-script"),
 ]

@@ -1,15 +1,20 @@
 """Browser pages of the waiting room. The live parts (join, position, admission)
 are the JSON API driven by static/js/waiting-room.js; these views render the frame."""
 
+import time
+from pathlib import Path
 from urllib.parse import quote
 
-from django.http import HttpRequest, HttpResponse
+from django.conf import settings
+from django.http import FileResponse, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.templatetags.static import static
 from django.urls import reverse
 from django.utils.translation import gettext as _
 
+from queue_app import draw
 from queue_app.models import Event
+from ticketing.errors import DomainError
 
 
 def token_cookie(event_id: str) -> str:
@@ -41,6 +46,9 @@ def waiting_room(request: HttpRequest, event_id: str) -> HttpResponse:
         "proofOfWork": event.proof_of_work > 0,
         "widget": static("vendor/altcha/altcha.min.js"),
         "requireAccount": event.require_account,
+        # A scheduled start's countdown runs on the server's clock.
+        "serverNow": int(time.time() * 1000),
+        "drawUrl": reverse("draw-page", args=[event.event_id]),
         "signedIn": request.user.is_authenticated,
         "loginUrl": reverse("login") + "?next=" + quote(request.path),
         "strings": {
@@ -62,6 +70,40 @@ def waiting_room(request: HttpRequest, event_id: str) -> HttpResponse:
             "tooManyPlaces": _("You already hold as many places as this address may."),
             "signIn": _("Sign in to join this line."),
             "signInLink": _("Sign in"),
+            "preQueue": _("You are in. The order is drawn at %(time)s."),
+            "countdown": _("Starts in %(time)s"),
+            "drawing": _("Drawing the order of everyone who came before the start…"),
+            "drawnPosition": _("Drawn position %(n)s"),
         },
     }
     return render(request, "queue_app/waiting_room.html", {"event": event, "config": config})
+
+
+def draw_page(request: HttpRequest, event_id: str) -> HttpResponse:
+    """The draw as anyone can check it: the commitment before the start; then the
+    seed, the figures, the list, and a receipt's position (?receipt=)."""
+    event = get_object_or_404(Event, event_id=event_id)
+    context: dict = {"event": event}
+    try:
+        context["draw"] = draw.published(event_id=event_id)
+        wanted = request.GET.get("receipt", "").strip().lower()
+        if wanted:
+            context["asked"] = wanted
+            context["found"] = draw.published(event_id=event_id, receipt=draw.parse_receipt(wanted))
+    except DomainError as exc:
+        if exc.code in ("NO_DRAW", "EVENT_NOT_FOUND"):
+            context["draw"] = None
+        else:
+            context["lookup_error"] = {
+                "RECEIPT_NOT_FOUND": _("No place of this draw has this receipt."),
+                "NOT_DRAWN": _("The order is drawn at the start: look again then."),
+            }.get(exc.code, _("A receipt is 16 characters: digits and the letters a to f."))
+    return render(request, "queue_app/draw.html", context)
+
+
+def verify_script(request: HttpRequest) -> FileResponse:
+    """docs/verify_draw.py, for anyone to check a draw with nothing of this service."""
+    path = Path(settings.BASE_DIR) / "docs" / "verify_draw.py"
+    return FileResponse(
+        path.open("rb"), content_type="text/x-python; charset=utf-8", filename="verify_draw.py"
+    )

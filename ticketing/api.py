@@ -131,6 +131,9 @@ _MEANING = {
     "CSRF_FAILED": "a signed-in request without the X-CSRFToken header of its csrftoken cookie",
     "PROOF_OF_WORK": "this event needs a solved challenge (GET /api/queue/challenge) in `altcha`; "
     "it was missing, wrong, expired or used before",
+    "NO_DRAW": "the event has no scheduled start, so no draw",
+    "NOT_DRAWN": "the draw happens at the scheduled start; this is published after it",
+    "RECEIPT_NOT_FOUND": "no place of this draw has this receipt",
     "SEAT_CAP": "this buyer (account or email) would hold more than the event's most seats "
     "per buyer (seatsAllowed says how many more)",
     "INTERNAL_ERROR": "a fault of the service; it is logged",

@@ -188,6 +188,10 @@ class EventKeys:
         "metrics",
         "bucket_prefix",
         "proofs_prefix",
+        "pre",
+        "drawpos",
+        "drawnum",
+        "draw_claim",
     )
 
     def __init__(self, event_id: str) -> None:
@@ -220,6 +224,15 @@ class EventKeys:
         self.live = key(event_id, "live")
         # The event's counters for /metrics (ticketing/metrics.py).
         self.metrics = key(event_id, "metrics")
+        # A scheduled start's pre-queue (lua/join.lua): its tokens, 16 bytes each, by
+        # arrival number. Its draw (queue_app/draw.py): the drawn position of each
+        # pre-queue number and the number at each position, 4 bytes big-endian each
+        # at (number - 1) * 4 and (position - 1) * 4; and the claim of the one draw
+        # run under way.
+        self.pre = key(event_id, "queue", "pre")
+        self.drawpos = key(event_id, "queue", "drawpos")
+        self.drawnum = key(event_id, "queue", "drawnum")
+        self.draw_claim = key(event_id, "queue", "draw", "claim")
         self.bucket_prefix = key(event_id, "tokens", "")
         self.proofs_prefix = key(event_id, "proofs", "")
 
@@ -238,6 +251,13 @@ class EventKeys:
         """The set of the proof-of-work solutions used, of challenges expiring in the
         same minute as this one (the set expires with them)."""
         return f"{self.proofs_prefix}{expires_at // 60}:{mark[:2].hex()}"
+
+    def draw_run(self, run: str) -> tuple[str, str]:
+        """One draw run's own positions and numbers, renamed into place by
+        lua/draw_done.lua."""
+        return key(self.event_id, "queue", "draw", run, "pos"), key(
+            self.event_id, "queue", "draw", run, "num"
+        )
 
     def booked(self, token: str) -> str:
         return key(self.event_id, "booking", "done", token)

@@ -234,3 +234,77 @@ def test_admin_change_form_sets_the_protections(operator, make_event, api):
     assert Api(Client()).join(event.event_id)[1]["error"]["code"] == "ACCOUNT_REQUIRED"  # signed out
     page = operator.get(f"/admin/queue_app/event/{event.pk}/change/").content.decode()
     assert "Against scripts and bots" in page
+
+
+def _start_fields(when) -> dict:
+    """The admin's split date and time widgets, in the server's time zone."""
+    from django.utils import timezone
+
+    local = timezone.localtime(when)
+    return {"opens_at_0": local.strftime("%Y-%m-%d"), "opens_at_1": local.strftime("%H:%M:%S")}
+
+
+def test_admin_schedules_a_start_and_shows_its_commitment(operator, make_event, api):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    event = make_event()
+    when = (timezone.now() + timedelta(hours=2)).replace(microsecond=0)
+    resp = _change_event(operator, event, **_start_fields(when))
+    assert resp.status_code == 302, resp.content.decode()[:2000]
+    event.refresh_from_db()
+    assert event.opens_at == when
+    meta = r.client().hgetall(r.EventKeys(event.event_id).meta)
+    assert (meta[b"draw"], int(meta[b"opensAt"])) == (b"PENDING", int(when.timestamp() * 1000))
+    page = operator.get(f"/admin/queue_app/event/{event.pk}/change/").content.decode()
+    assert "Scheduled start" in page and event.draw.commitment[:16] in page
+    token = api.token(event.event_id)
+    assert api.poll(token, event.event_id)[1]["data"]["status"] == "PRE_QUEUE"
+
+
+def test_admin_refuses_a_start_in_the_past_or_for_a_line_under_way(operator, make_event, api):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    event = make_event(admit_per_second=1)
+    resp = _change_event(operator, event, **_start_fields(timezone.now() - timedelta(hours=1)))
+    assert resp.status_code == 200 and b"The start must be in the future" in resp.content
+    api.token(event.event_id)
+    admit_all(event.event_id)
+    resp = _change_event(operator, event, **_start_fields(timezone.now() + timedelta(hours=1)))
+    assert resp.status_code == 200 and b"can no longer get a start time" in resp.content
+    assert Event.objects.get(pk=event.pk).opens_at is None
+    assert r.client().hget(r.EventKeys(event.event_id).meta, "draw") is None
+
+
+def test_the_draw_page_before_and_after_the_draw(client, make_event, api):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from queue_app import draw
+
+    event = make_event(opens_at=timezone.now() + timedelta(hours=1))
+    page = client.get(f"/events/{event.event_id}/draw", **HTML).content.decode()
+    assert event.draw.commitment in page and 'data-status="SCHEDULED"' in page
+    receipts = [api.join(event.event_id)[1]["data"]["receipt"] for _ in range(3)]
+    Event.objects.filter(pk=event.pk).update(opens_at=timezone.now())
+    event.refresh_from_db()
+    services.event_publish(event)
+    assert 'data-status="DRAWING"' in client.get(f"/events/{event.event_id}/draw", **HTML).content.decode()
+    draw.run(event.event_id)
+    page = client.get(f"/events/{event.event_id}/draw?receipt={receipts[1]}", **HTML).content.decode()
+    position = draw.published(event_id=event.event_id, receipt=bytes.fromhex(receipts[1])).position
+    assert f"Receipt {receipts[1]} was drawn at position {position} of 3." in page
+    assert draw.published(event_id=event.event_id).seed in page
+    page = client.get(f"/events/{event.event_id}/draw?receipt=nonsense", **HTML).content.decode()
+    assert "A receipt is 16 characters" in page
+    page = client.get(f"/events/{event.event_id}/draw?receipt={'0' * 16}", HTTP_ACCEPT_LANGUAGE="ko").content
+    assert "이 추첨에는 이 접수 번호가 없습니다." in page.decode()
+    plain = make_event()
+    assert "no scheduled start" in client.get(f"/events/{plain.event_id}/draw", **HTML).content.decode()
+    assert client.get("/events/nope-404/draw", **HTML).status_code == 404
+    script = client.get("/verify_draw.py")
+    assert b"def drawn_positions" in b"".join(script.streaming_content)

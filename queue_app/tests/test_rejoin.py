@@ -15,6 +15,7 @@ def test_rejoin_keeps_the_place(api, event):
             "joinedAt": None,
             "rejoined": True,
             "status": "WAITING",
+            "receipt": None,
         }
     assert api.poll(mine, event.event_id)[1]["data"]["rank"] == 2
     assert api.poll(first, event.event_id)[1]["data"]["totalWaiting"] == 3

@@ -1,6 +1,7 @@
 // The waiting room: join on the first visit, keep the token (localStorage and a
 // cookie, so F5 keeps the place), poll at the server's nextPollMs, and move to the
-// booking page when admitted. When the event asks for proof of work, the join
+// booking page when admitted. Before a scheduled start, a countdown and the place's
+// receipt in the draw; after it, the drawn position. When the event asks for proof of work, the join
 // carries a solved challenge (ALTCHA, static/vendor/altcha), solved in the
 // background while the page says so.
 (function () {
@@ -253,8 +254,48 @@
     poll();
   }
 
+  // The server's clock, for the countdown to a scheduled start (the browser's may differ).
+  const skew = Date.now() - cfg.serverNow;
+  let countdown = null;
+
+  function clock(ms) {
+    const s = Math.max(0, Math.ceil(ms / 1000));
+    const h = Math.floor(s / 3600);
+    const mm = String(Math.floor((s % 3600) / 60));
+    const ss = String(s % 60).padStart(2, "0");
+    return h > 0 ? h + ":" + mm.padStart(2, "0") + ":" + ss : mm + ":" + ss;
+  }
+
+  function drawLink(receipt) {
+    const href = cfg.drawUrl + (receipt ? "?receipt=" + encodeURIComponent(receipt) : "");
+    room.querySelectorAll(".draw-link").forEach((a) => { a.href = href; });
+  }
+
+  // Before a scheduled start: the countdown, and the receipt that names this place in the draw.
+  function preQueue(data) {
+    showError("");
+    const opens = new Date(data.opensAt);
+    const time = opens.toLocaleTimeString(document.documentElement.lang, { hour: "2-digit", minute: "2-digit" });
+    $("prequeue-message").textContent = fmt(S.preQueue, { time: time });
+    $("receipt").textContent = data.receipt || "";
+    drawLink(data.receipt);
+    show("prequeue");
+    clearTimeout(countdown);
+    (function tick() {
+      const left = data.opensAt - (Date.now() - skew);
+      $("starts-in").textContent = fmt(S.countdown, { time: clock(left) });
+      if (left > 0 && room.dataset.state === "prequeue") countdown = setTimeout(tick, 250);
+    })();
+  }
+
   function render(data) {
     showError("");
+    clearTimeout(countdown);
+    $("drawn").hidden = !data.drawPosition;
+    if (data.drawPosition) {
+      $("drawn-position").textContent = fmt(S.drawnPosition, { n: num(data.drawPosition) });
+      drawLink(data.receipt);
+    }
     $("paused").hidden = data.eventStatus !== "PAUSED";
     if (data.soldOut) { show("soldout"); return; }
     show("waiting");
@@ -299,6 +340,14 @@
     failures = 0;
     const data = answer.payload.data;
     switch (data.status) {
+      case "PRE_QUEUE":
+        preQueue(data);
+        return later(data.nextPollMs || 1000);
+      case "DRAWING":
+        clearTimeout(countdown);
+        $("drawing-message").textContent = S.drawing;
+        show("drawing");
+        return later(data.nextPollMs || 1000);
       case "WAITING":
         render(data);
         return later(data.nextPollMs || 1000);

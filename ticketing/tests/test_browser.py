@@ -223,7 +223,7 @@ def test_korean_and_english(browser, live_server, make_event):
     page.wait_for_function("document.querySelector('#position').textContent.includes('1')")
     assert page.locator("html").get_attribute("lang") == "ko"
     assert "대기 순번 1번" in page.locator("#position").inner_text()
-    assert page.get_by_text("이 화면을 닫지 마세요").is_visible()
+    assert page.locator('[data-show="waiting"]').get_by_text("이 화면을 닫지 마세요").is_visible()
     shot(page, "09-waiting-room-ko")
     page.select_option("#language", "en")  # the switcher
     page.wait_for_function("document.documentElement.lang === 'en'")

@@ -25,6 +25,7 @@ import re
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.http import HttpResponse
 from django.test import Client
+from django.utils import timezone
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     response_schema_conformance,
@@ -46,6 +48,7 @@ from schemathesis.specs.openapi.checks import (
 
 from booking_app.tests.conftest import admit_all
 from conftest import LaneClient, unknown_token
+from queue_app import draw
 from queue_app import services as queue
 from queue_app.tests import test_errors
 
@@ -162,6 +165,7 @@ SHAPES: dict[str, Callable[[object], bool]] = {
     "reservationId": _is_uuid,
     "joinedAt": lambda value: _is_count(value) and value > 0,
     "nextPollMs": _is_count,
+    "receipt": lambda value: isinstance(value, str) and re.fullmatch("[0-9a-f]{16}", value) is not None,
 }
 
 
@@ -435,6 +439,49 @@ def test_poll_answers_the_same_on_both_lanes(lanes, event, snapshot, situation, 
     answered, body = on_both_lanes(lanes, lambda: call, varying=varying)
     assert (answered, body["data"]["status"]) == (200, status)
     assert snapshot(event.event_id) == before  # a poll reads: the same state for both
+
+
+def _scheduled(make_event, state: str):
+    """An event with a scheduled start, and a person of its pre-queue, in `state`."""
+    event = make_event(opens_at=timezone.now() + timedelta(hours=1))
+    token = _joined(event.event_id)
+    _joined(event.event_id)
+    if state != "PRE_QUEUE":
+        type(event).objects.filter(pk=event.pk).update(opens_at=timezone.now())
+        event.refresh_from_db()
+        queue.event_publish(event)
+        assert queue.event_admit(event.event_id).outcome == "DRAW_DUE"
+    if state == "WAITING":
+        draw.run(event.event_id)
+    return event, token
+
+
+@pytest.mark.parametrize("state", ["PRE_QUEUE", "DRAWING", "WAITING"])
+def test_a_scheduled_start_answers_the_same_on_both_lanes(lanes, make_event, snapshot, state) -> None:
+    event, token = _scheduled(make_event, state)
+    before = snapshot(event.event_id)
+    call = Call("GET", f"/api/status/poll?token={token}&eventId={event.event_id}")
+    answered, body = on_both_lanes(lanes, lambda: call, varying=frozenset({"nextPollMs"}))
+    data = body["data"]
+    assert (answered, data["status"]) == (200, state)
+    assert data["opensAt"] == int(event.opens_at.timestamp() * 1000)
+    assert re.fullmatch("[0-9a-f]{16}", data["receipt"])
+    assert (data["drawPosition"] is not None) == (state == "WAITING")
+    assert snapshot(event.event_id) == before
+    if state == "PRE_QUEUE":
+        join = json_call("POST", "/api/queue/join", {"eventId": event.event_id})
+        status, body = on_both_lanes(lanes, lambda: join, varying=frozenset({"token", "joinedAt", "receipt"}))
+        assert status == 200 and body["data"]["receipt"]
+    # The draw's own endpoints are Django's lane on both clients, and documented.
+    for path in (f"/api/queue/draw?eventId={event.event_id}&receipt={data['receipt']}",):
+        if state != "WAITING":
+            path = f"/api/queue/draw?eventId={event.event_id}"
+        status, body = on_both_lanes(lanes, lambda p=path: Call("GET", p), fast=False)
+        assert status == 200
+        assert (
+            body["data"]["status"]
+            == {"PRE_QUEUE": "SCHEDULED", "DRAWING": "DRAWING", "WAITING": "DRAWN"}[state]
+        )
 
 
 # --- Booking and cancelling (Django's lane on both clients) ----------------------------

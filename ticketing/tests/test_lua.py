@@ -3,16 +3,19 @@ after SCRIPT FLUSH, and working on Redis 6.2 (the embedded server) and 7.x."""
 
 import re
 import uuid
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 import redis as redis_lib
 from django.conf import settings
 from django.test import override_settings
+from django.utils import timezone
 
 from booking_app import reconcile
 from booking_app import services as booking
-from queue_app import services
+from queue_app import draw, services
+from queue_app.models import Event
 from ticketing import devstack
 from ticketing import redis as r
 
@@ -78,6 +81,8 @@ SCENARIO_SCRIPTS = {
     "cancel",
     "seats_heal",
     "mark_restore",
+    "draw_close",
+    "draw_done",
 }
 
 
@@ -121,6 +126,18 @@ def test_every_script_runs_on_each_redis_version(request, make_event, api, serve
         event.total_seats = 12
         assert services.event_publish(event) == 12
         services.event_wipe(event.event_id)
+        # A scheduled start: joins into the pre-queue, the draw closes it and puts the
+        # drawn order in place, the tick admits through it.
+        scheduled = make_event(opens_at=timezone.now() + timedelta(hours=1), admit_per_second=1)
+        early = [api.token(scheduled.event_id) for _ in range(3)]
+        Event.objects.filter(pk=scheduled.pk).update(opens_at=timezone.now())
+        scheduled.refresh_from_db()
+        services.event_publish(scheduled)
+        assert draw.run(scheduled.event_id).outcome == "DONE"  # draw_close, draw_done
+        first = next(t for t in early if api.poll(t, scheduled.event_id)[1]["data"]["drawPosition"] == 1)
+        assert services.event_admit(scheduled.event_id).admitted == 1
+        assert api.poll(first, scheduled.event_id)[1]["data"]["status"] == "ACTIVE"
+        services.event_wipe(scheduled.event_id)
     assert SCENARIO_SCRIPTS == {p.stem for p in LUA}
 
 

@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -28,12 +29,13 @@ import pytest
 import redis as redis_lib
 from django.conf import settings
 from django.test import override_settings
+from django.utils import timezone
 
 from booking_app import reconcile
 from booking_app import services as booking
 from booking_app.models import Reservation
 from conftest import event_state
-from queue_app import proof, services, tokens
+from queue_app import draw, proof, services, tokens
 from queue_app.models import Event
 from ticketing import ratelimit
 from ticketing import redis as r
@@ -123,6 +125,73 @@ def crowd_window_passed(make_event: Callable[..., Event]) -> World:
     return world
 
 
+def _scheduled(make_event: Callable[..., Event], *, joined: int, started: bool) -> Event:
+    """An event with a scheduled start and `joined` people in its pre-queue; with
+    `started`, the start has come (the operator moved it to now)."""
+    event = make_event(
+        admit_per_second=ADMIT_PER_SECOND, total_seats=100, opens_at=timezone.now() + timedelta(hours=1)
+    )
+    for _ in range(joined):
+        services.queue_join(event_id=event.event_id)
+    if started:
+        Event.objects.filter(pk=event.pk).update(opens_at=timezone.now())
+        event.refresh_from_db()
+        services.event_publish(event)
+    return event
+
+
+def pre_queue(make_event: Callable[..., Event]) -> World:
+    """Three people in the pre-queue of a start an hour away; the next join's nonce."""
+    event = _scheduled(make_event, joined=3, started=False)
+    world = World(event, [], services.parse_token(services.queue_join(event_id=event.event_id).token))
+    world.extra["nonce"] = tokens.new_nonce()
+    return world
+
+
+def drawing(make_event: Callable[..., Event]) -> World:
+    """The start has come for a pre-queue of five; the draw has not run."""
+    event = _scheduled(make_event, joined=5, started=True)
+    first = r.client().getrange(r.EventKeys(event.event_id).pre, 0, 15)
+    return World(event, [], services.Token.of(first))
+
+
+def drawn_but_not_switched(make_event: Callable[..., Event]) -> World:
+    """A draw that wrote its tables and died before putting them in place."""
+    world = drawing(make_event)
+
+    def stop(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == "draw_done":
+            raise _Recorded
+        return real(name, *args, **kwargs)
+
+    real = r.run
+    with mock.patch.object(r, "run", stop), pytest.raises(_Recorded):
+        draw.run(world.event.event_id)
+    run_keys = sorted(
+        n.decode() for n in r.client().scan_iter(match=r.key(world.event.event_id, "queue", "draw", "*"))
+    )
+    world.extra["run"] = [n for n in run_keys if n.endswith(":pos")] + [
+        n for n in run_keys if n.endswith(":num")
+    ]
+    assert len(world.extra["run"]) == 2, run_keys
+    return world
+
+
+def drawn(make_event: Callable[..., Event]) -> World:
+    """A drawn pre-queue of five, two later arrivals; the next tick is due. The
+    person the call is about is a drawn one, waiting."""
+    event = _scheduled(make_event, joined=5, started=True)
+    for _ in range(2):
+        services.queue_join(event_id=event.event_id)
+    assert draw.run(event.event_id).outcome == "DONE"
+    k = r.EventKeys(event.event_id)
+    r.client().set(k.tick, int(r.client().time()[0]) - 1)
+    first = r.client().getrange(k.pre, 0, 15)  # number 1: drawn somewhere, not admitted
+    world = World(event, [], services.Token.of(first))
+    world.extra["nonce"] = tokens.new_nonce()
+    return world
+
+
 def crowd_rate_limited(make_event: Callable[..., Event]) -> World:
     """The crowd, and one client address that has made 3 joins this second."""
     world = crowd(make_event)
@@ -171,6 +240,18 @@ def publish(world: World) -> Any:
     """The operator changes a setting: written over the live record."""
     world.event.admit_per_second = 5
     return services.event_publish(world.event)
+
+
+def close_pre_queue(world: World) -> Any:
+    """The draw's first step (queue_app/draw.py), which closes the pre-queue."""
+    return draw.run(world.event.event_id)
+
+
+def switch(world: World) -> Any:
+    """The draw's last step, with the keys the run wrote (queue_app/draw.py: run)."""
+    k = world.keys
+    size = int(r.client().hget(k.meta, "drawSize"))
+    return r.run("draw_done", [k.meta, *world.extra["run"], k.drawpos, k.drawnum, k.left, k.popped], [size])
 
 
 def limit(world: World) -> Any:
@@ -255,11 +336,22 @@ CASES = [
     Case("join", crowd_account, join_protected, keys=(1, 2, 3, 5, 6, 7, 8, 9, 11), counters=(2, 7)),
     Case("join", crowd_capped, join_protected, keys=(1, 2, 3, 5, 6, 7, 8, 10, 11), counters=(2, 7)),
     Case("join", crowd_window_passed, rejoin, keys=(1, 2, 3, 4, 5, 6, 7, 8), counters=(2, 7)),
+    # A join into the pre-queue goes to its string (13), not the LIST (3).
+    Case("join", pre_queue, join, keys=(1, 2, 4, 6, 7, 8, 13), counters=(2, 7)),
+    # A drawn place kept on F5 (read before anything else: nothing else is): its
+    # place is read from the positions (12).
+    Case("join", drawn, rejoin, keys=(1, 6, 7, 8, 12), counters=(7,)),
     Case("leave", crowd, leave, keys=(1, 2, 3, 4), counters=(4,)),
+    Case("leave", drawn, leave, keys=(1, 2, 3, 4, 5), counters=(4,)),
     Case("poll", crowd, poll, keys=(1, 2, 3, 4, 5, 6, 7, 8), counters=(2, 3, 8)),
+    Case("poll", drawn, poll, keys=(1, 2, 3, 4, 5, 6, 7, 8, 9), counters=(2, 3, 8)),
     Case("admit", crowd, admit, keys=(1, 2, 3, 4, 5, 6, 7, 8, 9), counters=(2, 3, 7, 8)),
-    Case("compact", crowd_head_left, compact, keys=(1, 2, 3), counters=(1,)),
-    Case("event_sync", crowd, publish, keys=(1, 2), counters=(2,)),
+    # The drawn places come from the pre-queue's tables (10, 11), not the LIST (4).
+    Case("admit", drawn, admit, keys=(1, 2, 3, 5, 6, 7, 8, 9, 10, 11), counters=(2, 3, 7, 8)),
+    Case("compact", crowd_head_left, compact, keys=(1, 2, 3, 4), counters=(1,)),
+    Case("event_sync", crowd, publish, keys=(1, 2, 3), counters=(2, 3)),
+    Case("draw_close", drawing, close_pre_queue, keys=(1, 2, 3, 4), counters=(2, 3)),
+    Case("draw_done", drawn_but_not_switched, switch, keys=(1, 2, 3, 4, 5, 6, 7), counters=(7,)),
     Case("ratelimit", crowd_rate_limited, limit, keys=(1,), counters=(1,)),
     Case("reserve", booking_stranded, reserve, keys=(1, 2, 3, 4, 5), counters=(4,)),
     Case("release", booking_stranded, release, keys=(1, 2, 3, 4), counters=(2,)),

@@ -1,4 +1,5 @@
 import argparse
+import datetime
 import io
 
 from django.conf import settings
@@ -6,9 +7,24 @@ from django.core.exceptions import ValidationError
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from queue_app import services
 from queue_app.models import Event
+
+
+def _start(value: str) -> datetime.datetime | str:
+    """--opens-at: an ISO 8601 time (naive: the server's TIME_ZONE), +SECONDS, or
+    'none' ('' clears it)."""
+    if value.lower() == "none":
+        return ""
+    if value.startswith("+") and value[1:].isdigit():
+        return timezone.now() + datetime.timedelta(seconds=int(value[1:]))
+    parsed = parse_datetime(value)
+    if parsed is None:
+        raise argparse.ArgumentTypeError(f"not a time: {value!r} (ISO 8601, +SECONDS or none)")
+    return parsed if timezone.is_aware(parsed) else timezone.make_aware(parsed)
 
 
 class Command(BaseCommand):
@@ -43,6 +59,12 @@ class Command(BaseCommand):
             "--hot-sale",
             action="store_true",
             help="proof of work, a cap per address and per buyer, where not given (docs/fairness.md)",
+        )
+        parser.add_argument(
+            "--opens-at",
+            type=_start,
+            help="scheduled start (ISO 8601, or +SECONDS from now; 'none' to clear): joins before it "
+            "are drawn into the line at it (docs/draw.md)",
         )
         parser.add_argument(
             "--reset",
@@ -88,6 +110,8 @@ class Command(BaseCommand):
         ):
             if opts[opt] is not None:
                 setattr(event, field, opts[opt])
+        if opts["opens_at"] is not None:
+            event.opens_at = opts["opens_at"] or None
         if opts["hot_sale"]:
             event.apply_hot_sale()
         try:
@@ -100,6 +124,8 @@ class Command(BaseCommand):
             with transaction.atomic():
                 event.save()  # the database refuses a total below the seats sold
                 left = services.event_publish(event, sold=event.seats_sold)
+        except services.LineStarted as exc:
+            raise CommandError(str(exc)) from None
         except (IntegrityError, services.SeatsBelowSold):
             raise CommandError(f"{event_id}: {event.total_seats} seats is fewer than already sold.") from None
         if opts["reset"]:
@@ -113,5 +139,10 @@ class Command(BaseCommand):
             f"{verb} event {event_id}: {event.total_seats} seats ({left} left), "
             f"{event.admit_per_second}/s, window {event.active_window_seconds}s, "
             f"max active {event.max_active_users or 'no cap'}, status {event.status}; "
-            f"protections: {', '.join(event.protections()) or 'none'}."
+            f"protections: {', '.join(event.protections()) or 'none'}"
+            + (
+                f"; opens at {event.opens_at.isoformat()}, commitment {event.draw.commitment}."
+                if event.opens_at
+                else "."
+            )
         )

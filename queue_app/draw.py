@@ -1,0 +1,343 @@
+"""The draw of a scheduled start's pre-queue: a random order anyone can check.
+
+People who join before an event's start (`Event.opens_at`) enter the pre-queue:
+their tokens carry arrival numbers 1..P as usual, but the order they are admitted
+in is drawn at the start. The algorithm (docs/draw.md; docs/verify_draw.py restates
+it without this project, for anyone to run):
+
+    commitment  = SHA-256(seed)             shown from the moment the start is set
+    receipt     = SHA-256("receipt" 0x00 eventId 0x00 token)[:8]
+                                             each pre-queue place's public id
+    listDigest  = SHA-256(the P receipts in the order they joined, concatenated)
+    finalSeed   = SHA-256(seed || listDigest)
+    words       = SHA-256(finalSeed || 0) || SHA-256(finalSeed || 1) || ...
+                  (counters 8 bytes big-endian), read as 64-bit big-endian numbers
+    order       = the receipts in the order they joined, shuffled by Fisher-Yates:
+                  for i = P-1 down to 1, the k-th step (k from 0) swaps places i and
+                  words[k] mod (i+1); position 1 is place 0 afterwards
+
+The seed is 32 random bytes chosen when the start is scheduled, kept secret until
+the draw, then published with the list: each receipt in the order the pre-queue
+was joined, with its drawn position. The commitment stops the seed from being
+chosen after the entries are known; mixing the list into the final seed stops
+anyone who knows the seed from knowing the order before the pre-queue closes.
+(A shuffle, where a sort by per-receipt keys would be as fair, because it is what
+keeps 2,000,000 places within seconds of Python: one hash per four places, no sort.
+The modulo's bias is below 2^-32 for any pre-queue this service can hold.)
+
+The draw runs in a Celery task, off the request path: the admission tick reports
+DRAW_DUE from LEAD_MS before the start on, and `dispatch` claims the event for one
+run. Until the start, the run reads the pre-queue's tokens as it grows (they are
+kept by arrival number in a string of their own, lua/join.lua) and computes their
+receipts, so that at the start only the last arrivals are left to read. Then it
+closes the pre-queue (lua/draw_close.lua), draws, publishes the draw in the
+database, writes two tables to keys of its own (each number's position, each
+position's number: 4 bytes a place), and lua/draw_done.lua puts them in place at
+once. Nothing is copied: admission reads the pre-queue's places through the tables
+(lua/admit.lua). A run that dies is run again by the next tick once its claim
+expires; every run computes the same order.
+"""
+
+import hashlib
+import logging
+import os
+import sys
+import time
+from array import array
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from django.utils import timezone
+
+from queue_app.models import Draw, Event
+from ticketing import redis as r
+from ticketing.errors import DomainError, validation_error
+
+log = logging.getLogger(__name__)
+
+RECEIPT_BYTES = 8
+# A run's claim on its event; renewed as the run goes, so that a run that died is
+# replaced within this time.
+CLAIM_MS = 30_000
+# Tokens read per Redis command.
+CHUNK = 50_000
+# How long before the start a run begins reading the pre-queue: long enough to
+# read 2,000,000 places, short enough not to hold a worker for long.
+LEAD_MS = 30_000
+
+
+def receipt(event_id: str, token: bytes) -> bytes:
+    """The public id of a pre-queue place: names it in the published list without
+    revealing its token."""
+    return receipts(event_id, [token])[0]
+
+
+def receipts(event_id: str, tokens: list[bytes]) -> list[bytes]:
+    prefix, sha256 = b"receipt\0" + event_id.encode() + b"\0", hashlib.sha256
+    return [sha256(prefix + token).digest()[:RECEIPT_BYTES] for token in tokens]
+
+
+def commitment(seed: bytes) -> str:
+    return hashlib.sha256(seed).hexdigest()
+
+
+def final_seed(seed: bytes, receipts: list[bytes]) -> bytes:
+    """From the seed and the receipts in the order they joined."""
+    return hashlib.sha256(seed + hashlib.sha256(b"".join(receipts)).digest()).digest()
+
+
+def shuffled(seed: bytes, receipts: list[bytes]) -> list[int]:
+    """The indices of `receipts` (in the order they joined) in drawn order."""
+    count = len(receipts)
+    final, sha256 = final_seed(seed, receipts), hashlib.sha256
+    blocks = (count + 2) // 4  # count - 1 words of 8 bytes, four per hash
+    words = array("Q", b"".join([sha256(final + c.to_bytes(8, "big")).digest() for c in range(blocks)]))
+    if sys.byteorder == "little":
+        words.byteswap()
+    order = list(range(count))
+    for i, word in zip(range(count - 1, 0, -1), words, strict=False):
+        j = word % (i + 1)
+        order[i], order[j] = order[j], order[i]
+    return order
+
+
+def positions(seed: bytes, receipts: list[bytes]) -> array:
+    """Each receipt's drawn position (1 is first), in the receipts' order."""
+    return _positions(shuffled(seed, receipts))
+
+
+def _positions(drawn: list[int]) -> array:
+    table = array("I", bytes(4 * len(drawn)))  # 4 bytes on every platform CPython runs on
+    for position, index in enumerate(drawn, 1):
+        table[index] = position
+    return table
+
+
+# --- Running it ----------------------------------------------------------------
+
+
+def dispatch(event_id: str) -> bool:
+    """Claim the event's draw for one run; False while another run holds it."""
+    return bool(r.client().set(r.event_keys(event_id).draw_claim, os.urandom(8).hex(), nx=True, px=CLAIM_MS))
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    event_id: str
+    outcome: str  # DONE, ALREADY (another run finished first), NOT_DUE, NO_DRAW, EVENT_NOT_FOUND
+    size: int = 0
+    seconds: float = 0.0  # from the close of the pre-queue
+    stages: dict[str, float] = field(default_factory=dict)  # seconds per step, for benchmarks
+
+
+def run(event_id: str) -> Outcome:
+    """Draw the event's pre-queue and put the order in place (see the module's
+    docstring). Begun before the start, it reads ahead until the start. Safe to run
+    again, or twice at once."""
+    k = r.event_keys(event_id)
+    client = r.client()
+    draw = Draw.objects.get(event__event_id=event_id)
+    tokens: list[bytes] = []
+    listed: list[bytes] = []
+
+    def read(upto: int) -> None:
+        """The pre-queue's tokens up to number `upto`, and their receipts."""
+        while len(tokens) < upto:
+            got = client.getrange(k.pre, 16 * len(tokens), 16 * min(len(tokens) + CHUNK, upto) - 1)
+            if not got or len(got) % 16:
+                raise RuntimeError(f"{event_id}: the pre-queue holds {len(tokens)} of {upto} places")
+            more = [got[at : at + 16] for at in range(0, len(got), 16)]
+            tokens.extend(more)
+            listed.extend(receipts(event_id, more))
+            _renew(k)
+
+    # Before the start: keep up with the pre-queue as it grows.
+    while (reply := r.run("draw_close", [k.meta, k.seq, k.popped, k.pre], []))[0] == b"NOT_DUE":
+        until = reply[1] - r.now_ms()
+        if until > LEAD_MS * 2:  # the start was moved later: a later tick comes back
+            client.delete(k.draw_claim)
+            return Outcome(event_id, "NOT_DUE")
+        read(client.strlen(k.pre) // 16)
+        time.sleep(min(max(until, 10), 200) / 1000)
+    if reply[0] != b"CLOSED":
+        return Outcome(event_id, reply[0].decode())
+
+    started = time.monotonic()
+    stages: dict[str, float] = {}
+
+    def stage(name: str) -> None:
+        stages[name] = time.monotonic() - started - sum(stages.values())
+
+    size = reply[1]
+    read(size)
+    stage("read")
+    drawn = shuffled(bytes(draw.seed), listed)
+    table = _positions(drawn)
+    numbers = array("I", [index + 1 for index in drawn])
+    if sys.byteorder == "little":  # big-endian, as the scripts (and the published positions) read them
+        table.byteswap()
+        numbers.byteswap()
+    stage("order")
+
+    # The run's tables are written to Redis (in a thread: mostly waiting on the
+    # socket) while the draw is published in the database. Both are done before the
+    # switch: once a poll shows a drawn position, the list that proves it is there.
+    run_positions, run_numbers = k.draw_run(os.urandom(4).hex())
+    with ThreadPoolExecutor(1) as pool:
+        written = pool.submit(_write, run_positions, run_numbers, table.tobytes(), numbers.tobytes())
+        Draw.objects.filter(pk=draw.pk, drawn_at__isnull=True).update(
+            size=size, receipts=b"".join(listed), positions=table.tobytes(), drawn_at=timezone.now()
+        )
+        written.result()
+    stage("publish and write")
+    outcome = r.run(
+        "draw_done",
+        [k.meta, run_positions, run_numbers, k.drawpos, k.drawnum, k.left, k.popped],
+        [size],
+    )
+    stage("switch")
+    client.delete(k.draw_claim)
+    result = Outcome(event_id, outcome.decode(), size, time.monotonic() - started, stages)
+    log.info("draw %s: %s, %d in the pre-queue, %.2f s", event_id, result.outcome, size, result.seconds)
+    return result
+
+
+def _renew(k: r.EventKeys) -> None:
+    r.client().pexpire(k.draw_claim, CLAIM_MS)
+
+
+def _write(run_positions: str, run_numbers: str, positions: bytes, numbers: bytes) -> None:
+    """The run's tables, expiring unless put in place (a run that dies leaves
+    nothing behind for long)."""
+    if positions:
+        pipe = r.client().pipeline(transaction=False)
+        pipe.set(run_positions, positions, px=CLAIM_MS * 10).set(run_numbers, numbers, px=CLAIM_MS * 10)
+        pipe.execute()
+
+
+# --- What is published ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    """An event's draw as anyone may see it: the commitment from the moment the
+    start is scheduled; the seed and the order once drawn."""
+
+    event_id: str
+    opens_at: int  # ms
+    commitment: str
+    status: str  # SCHEDULED (before the start), DRAWING, DRAWN
+    seed: str | None = None
+    size: int | None = None
+    list_digest: str | None = None
+    final_seed: str | None = None
+    receipt: str | None = None  # asked for, with its position
+    position: int | None = None
+
+
+def _find(event_id: str) -> Draw:
+    found = Draw.objects.select_related("event").filter(event__event_id=event_id).first()
+    if found is None or found.event.opens_at is None:
+        if found is None and not Event.objects.filter(event_id=event_id).exists():
+            raise DomainError("EVENT_NOT_FOUND", f"No event {event_id!r}.")
+        raise DomainError("NO_DRAW", "This event has no scheduled start, so no draw.")
+    return found
+
+
+def parse_receipt(value: object) -> bytes | None:
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or len(value) != 2 * RECEIPT_BYTES:
+        raise validation_error(f"receipt must be {2 * RECEIPT_BYTES} hexadecimal digits.")
+    try:
+        return bytes.fromhex(value)
+    except ValueError:
+        raise validation_error(f"receipt must be {2 * RECEIPT_BYTES} hexadecimal digits.") from None
+
+
+def published(*, event_id: str, receipt: bytes | None = None) -> Published:
+    """The event's draw; with a receipt, that place's position (RECEIPT_NOT_FOUND
+    when the draw has no such place; NOT_DRAWN before the draw)."""
+    found = _find(event_id)
+    seed = bytes(found.seed)
+    opens_at = int(found.event.opens_at.timestamp() * 1000)
+    if found.drawn_at is None:
+        if receipt is not None:
+            raise DomainError("NOT_DRAWN", "The order is drawn at the scheduled start.")
+        status = "DRAWING" if found.event.opens_at <= timezone.now() else "SCHEDULED"
+        return Published(event_id, opens_at, commitment(seed), status)
+    listed = drawn_list(found)
+    position = None
+    if receipt is not None:
+        position = listed.position_of(receipt)
+        if position is None:
+            raise DomainError("RECEIPT_NOT_FOUND", "No place of this draw has this receipt.")
+    digest = hashlib.sha256(listed.receipts).digest()
+    return Published(
+        event_id,
+        opens_at,
+        commitment(seed),
+        "DRAWN",
+        seed=seed.hex(),
+        size=found.size,
+        list_digest=digest.hex(),
+        final_seed=hashlib.sha256(seed + digest).hexdigest(),
+        receipt=None if receipt is None else receipt.hex(),
+        position=position,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """A drawn list as published: the receipts in the order they joined, 8 bytes
+    each, and each one's drawn position, 4 bytes big-endian."""
+
+    receipts: bytes
+    positions: bytes
+
+    def position_of(self, receipt: bytes) -> int | None:
+        """A receipt's drawn position (a search at C speed, keeping only a match on
+        an entry's boundary)."""
+        at = self.receipts.find(receipt)
+        while at != -1 and at % RECEIPT_BYTES:
+            at = self.receipts.find(receipt, at + 1)
+        if at == -1:
+            return None
+        index = at // RECEIPT_BYTES
+        return int.from_bytes(self.positions[4 * index : 4 * index + 4], "big")
+
+    def lines(self) -> Iterator[bytes]:
+        """ "<receipt> <position>", one line per place, in the order they joined."""
+        receipts, positions, step = self.receipts, self.positions, 10_000
+        count = len(receipts) // RECEIPT_BYTES
+        for first in range(0, count, step):
+            yield "".join(
+                f"{receipts[8 * i : 8 * i + 8].hex()} {int.from_bytes(positions[4 * i : 4 * i + 4], 'big')}\n"
+                for i in range(first, min(first + step, count))
+            ).encode()
+
+
+_listed_cache: dict[tuple, Listed] = {}
+
+
+def drawn_list(found: Draw) -> Listed:
+    """The published list. Once drawn it never changes, so each process reads it
+    from the database once (24 MB for 2,000,000 places)."""
+    cached = (found.pk, found.drawn_at)
+    listed = _listed_cache.get(cached)
+    if listed is None:
+        receipts, positions = Draw.objects.values_list("receipts", "positions").get(pk=found.pk)
+        listed = Listed(bytes(receipts or b""), bytes(positions or b""))
+        if len(_listed_cache) >= 4:
+            _listed_cache.pop(next(iter(_listed_cache)))
+        _listed_cache[cached] = listed
+    return listed
+
+
+def receipts_lines(*, event_id: str) -> Iterator[bytes]:
+    """The published list (`Listed.lines`); NOT_DRAWN before the draw."""
+    found = _find(event_id)
+    if found.drawn_at is None:
+        raise DomainError("NOT_DRAWN", "The order is drawn at the scheduled start.")
+    return drawn_list(found).lines()

@@ -1,0 +1,86 @@
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from queue_app import draw
+from queue_app.models import Draw
+from ticketing import redis as r
+
+
+class Command(BaseCommand):
+    help = (
+        "Check an event's draw (docs/draw.md): the seed against its commitment, the "
+        "published positions against those the seed and the list draw, and the line "
+        "in Redis against the positions. --seed/--receipts check other copies (say, "
+        "what someone downloaded) instead of the published ones."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("event_id")
+        parser.add_argument("--commitment", help="the commitment seen before the start (hex)")
+        parser.add_argument("--seed", help="a seed to check instead of the published one (hex)")
+        parser.add_argument(
+            "--receipts", help='a "receipt position" list to check instead of the published one'
+        )
+
+    def handle(self, *args, **opts) -> None:
+        event_id = opts["event_id"]
+        found = Draw.objects.select_related("event").filter(event__event_id=event_id).first()
+        if found is None or found.drawn_at is None:
+            raise CommandError(f"{event_id}: no draw has happened")
+        try:
+            seed = bytes.fromhex(opts["seed"]) if opts["seed"] else bytes(found.seed)
+            if opts["receipts"]:
+                with open(opts["receipts"], encoding="utf-8") as f:
+                    pairs = [line.split() for line in f.read().splitlines()]
+                receipts = [bytes.fromhex(receipt) for receipt, _ in pairs]
+                listed = [int(position) for _, position in pairs]
+            else:
+                published = draw.drawn_list(found)
+                receipts = [published.receipts[i : i + 8] for i in range(0, len(published.receipts), 8)]
+                listed = [
+                    int.from_bytes(published.positions[i : i + 4], "big")
+                    for i in range(0, len(published.positions), 4)
+                ]
+        except (OSError, ValueError) as exc:
+            raise CommandError(f"cannot read the draw: {exc}") from None
+
+        wrong = []
+        if draw.commitment(seed) != (opts["commitment"] or found.commitment).lower():
+            wrong.append("the seed does not hash to the commitment")
+        if len(receipts) != found.size or len(set(receipts)) != len(receipts):
+            wrong.append(
+                f"the list has {len(receipts)} receipts ({len(set(receipts))} distinct), "
+                f"the draw had {found.size}"
+            )
+        off = sum(
+            1 for mine, theirs in zip(draw.positions(seed, receipts), listed, strict=False) if mine != theirs
+        )
+        if off:
+            wrong.append(f"{off} positions are not the ones the seed and the list draw")
+        in_line, astray = _line_agrees(event_id, dict(zip(receipts, listed, strict=False)))
+        if astray:
+            wrong.append(f"{astray} places waiting in the line are not at their drawn position")
+        for problem in wrong:
+            self.stderr.write(f"REFUTED: {problem}")
+        if wrong:
+            raise CommandError(f"{event_id}: the draw does not check out")
+        self.stdout.write(
+            f"CONFIRMED: {len(receipts)} places at the positions the seed draws; "
+            f"{in_line} places still in the line stand at them"
+        )
+
+
+def _line_agrees(event_id: str, position_of: dict[bytes, int]) -> tuple[int, int]:
+    """The pre-queue places still in the line, and how many of them do not stand at
+    their drawn position: the order the line serves (lua/admit.lua reads the number
+    at each position, then its token) is the order published."""
+    k = r.event_keys(event_id)
+    client = r.client()
+    popped = int(client.get(k.popped) or 0)
+    numbers = client.getrange(k.drawnum, 4 * popped, -1)
+    tokens = client.get(k.pre) or b""
+    astray = 0
+    for i in range(0, len(numbers), 4):
+        n = int.from_bytes(numbers[i : i + 4], "big")
+        token = tokens[16 * (n - 1) : 16 * n]
+        astray += position_of.get(draw.receipt(event_id, token)) != popped + i // 4 + 1
+    return len(numbers) // 4, astray

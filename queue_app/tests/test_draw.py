@@ -1,0 +1,589 @@
+"""A scheduled start: the pre-queue, its draw, and the check anyone can run
+(docs/draw.md). Real Redis and the real database, both lanes."""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.core.management import CommandError, call_command
+from django.utils import timezone
+
+from conftest import require
+from queue_app import draw, services
+from queue_app.models import Draw, Event
+from ticketing import redis as r
+
+VERIFY = Path(settings.BASE_DIR) / "docs" / "verify_draw.py"
+
+
+@pytest.fixture
+def scheduled(make_event):
+    """An event whose start is an hour away."""
+
+    def make(**fields) -> Event:
+        fields.setdefault("admit_per_second", 1000)
+        return make_event(opens_at=timezone.now() + timedelta(hours=1), **fields)
+
+    return make
+
+
+@pytest.fixture
+def one_lane(client):
+    """Production's lane only, for what does not depend on the lane (the draw, its
+    processes)."""
+    from conftest import Api, LaneClient
+
+    return Api(LaneClient(client))
+
+
+def start_now(event: Event) -> None:
+    """The start comes: the operator moves it to now (the way the admin publishes it)."""
+    Event.objects.filter(pk=event.pk).update(opens_at=timezone.now() - timedelta(milliseconds=5))
+    event.refresh_from_db()
+    services.event_publish(event)
+
+
+def published_list(event_id: str) -> list[str]:
+    """The published receipts, in drawn order."""
+    listed = draw.drawn_list(Draw.objects.get(event__event_id=event_id))
+    receipts = [listed.receipts[i : i + 8].hex() for i in range(0, len(listed.receipts), 8)]
+    return sorted(receipts, key=lambda rc: listed.position_of(bytes.fromhex(rc)))
+
+
+def test_before_the_start_a_join_enters_the_pre_queue(scheduled, api):
+    event = scheduled()
+    status, body = api.join(event.event_id)
+    assert status == 200
+    receipt = body["data"]["receipt"]
+    assert len(receipt) == 16 and int(receipt, 16) >= 0
+    token = body["data"]["token"]
+    data = api.poll(token, event.event_id)[1]["data"]
+    assert data["status"] == "PRE_QUEUE"
+    assert (data["rank"], data["ahead"], data["behind"], data["drawPosition"]) == (None, None, None, None)
+    assert data["receipt"] == receipt
+    assert data["opensAt"] == int(event.opens_at.timestamp() * 1000)
+    assert data["totalWaiting"] == 1
+    assert 8_000 <= data["nextPollMs"] <= 12_000  # the start is far: the slowest step
+    # F5 keeps the pre-queue place and its receipt.
+    status, body = api.rejoin(token, event.event_id)
+    assert (body["data"]["rejoined"], body["data"]["token"], body["data"]["receipt"]) == (
+        True,
+        token,
+        receipt,
+    )
+    assert services.event_admit(event.event_id).outcome == "NOT_OPEN"  # nobody is admitted before
+
+
+def test_polls_are_told_to_come_back_just_after_the_start(make_event, api):
+    event = make_event(opens_at=timezone.now() + timedelta(seconds=5))
+    token = api.token(event.event_id)
+    wait = api.poll(token, event.event_id)[1]["data"]["nextPollMs"]
+    assert 4_000 < wait <= 5_000 + 3_000
+
+
+def test_the_draw_orders_the_pre_queue_and_later_arrivals_follow(scheduled, api):
+    event = scheduled()
+    early = [api.join(event.event_id)[1]["data"] for _ in range(12)]
+    start_now(event)
+    tick = services.event_admit(event.event_id)
+    assert (tick.outcome, tick.admitted) == ("DRAW_DUE", 0)
+    # The start passed: the pre-queue polls DRAWING; a new arrival is behind all of it.
+    assert api.poll(early[0]["token"], event.event_id)[1]["data"]["status"] == "DRAWING"
+    status, late = api.join(event.event_id)
+    assert late["data"]["receipt"] is None
+    late_poll = api.poll(late["data"]["token"], event.event_id)[1]["data"]
+    assert (late_poll["status"], late_poll["rank"], late_poll["receipt"]) == ("WAITING", 13, None)
+
+    outcome = draw.run(event.event_id)
+    assert (outcome.outcome, outcome.size) == ("DONE", 12)
+    listed = published_list(event.event_id)
+    positions = {}
+    for person in early:
+        data = api.poll(person["token"], event.event_id)[1]["data"]
+        assert data["status"] == "WAITING"
+        assert data["receipt"] == person["receipt"]
+        # Each person finds their own position in the published list.
+        assert listed.index(person["receipt"]) + 1 == data["drawPosition"] == data["rank"]
+        _, found = api.call("get", f"/api/queue/draw?eventId={event.event_id}&receipt={person['receipt']}")
+        assert found["data"]["position"] == data["drawPosition"]
+        positions[person["token"]] = data["drawPosition"]
+    assert sorted(positions.values()) == list(range(1, 13))
+    assert list(positions.values()) != list(range(1, 13)), "the draw kept arrival order"
+    assert api.poll(late["data"]["token"], event.event_id)[1]["data"]["rank"] == 13
+    status, later = api.join(event.event_id)
+    assert api.poll(later["data"]["token"], event.event_id)[1]["data"]["rank"] == 14
+
+    # Admission follows the drawn order, then arrival order.
+    Event.objects.filter(pk=event.pk).update(admit_per_second=5)
+    event.refresh_from_db()
+    services.event_publish(event)
+    r.client().delete(r.event_keys(event.event_id).tick)
+    assert services.event_admit(event.event_id).admitted == 5
+    active = {t for t, p in positions.items() if api.poll(t, event.event_id)[1]["data"]["status"] == "ACTIVE"}
+    assert active == {t for t, p in positions.items() if p <= 5}
+    call_command("verify_draw", event.event_id)
+
+
+def test_a_pre_queue_leaver_is_a_hole_at_their_drawn_position(scheduled, one_lane):
+    event = scheduled()
+    early = [one_lane.join(event.event_id)[1]["data"] for _ in range(8)]
+    one_lane.leave(early[3]["token"], event.event_id)
+    start_now(event)
+    services.event_admit(event.event_id)
+    one_lane.leave(early[5]["token"], event.event_id)  # while drawing
+    late = one_lane.token(event.event_id)
+    assert draw.run(event.event_id).outcome == "DONE"
+    listed = published_list(event.event_id)
+    assert len(listed) == 8  # everyone who joined before the start is drawn
+    gone = {listed.index(early[i]["receipt"]) + 1 for i in (3, 5)}
+    for i, person in enumerate(early):
+        data = one_lane.poll(person["token"], event.event_id)[1]["data"]
+        if i in (3, 5):
+            assert data["status"] == "NOT_FOUND"
+            continue
+        position = data["drawPosition"]
+        assert data["rank"] == position - sum(1 for g in gone if g < position)
+        assert data["totalWaiting"] == 7
+    assert one_lane.poll(late, event.event_id)[1]["data"]["rank"] == 7
+    # Admission skips the holes.
+    r.client().delete(r.event_keys(event.event_id).tick)
+    tick = services.event_admit(event.event_id)
+    assert (tick.admitted, tick.waiting) == (7, 0)
+    assert one_lane.poll(late, event.event_id)[1]["data"]["status"] == "ACTIVE"
+
+
+def test_joins_racing_the_start_are_each_drawn_or_behind_never_both(scheduled, lane):
+    """Threads join while the start passes: every join before the pre-queue closed is
+    drawn, every join after it is behind all of them, and none is lost."""
+    from conftest import Api
+
+    event = scheduled()
+    answers: list[dict] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def joiner() -> None:
+        client = Api(lane)
+        while not stop.is_set():
+            status, body = client.join(event.event_id)
+            assert status == 200, body
+            with lock:
+                answers.append(body["data"])
+
+    threads = [threading.Thread(target=joiner) for _ in range(6)]
+    for t in threads:
+        t.start()
+    while len(answers) < 60:
+        pass
+    start_now(event)
+    while sum(1 for a in answers if a["receipt"] is None) < 60:
+        pass
+    stop.set()
+    for t in threads:
+        t.join()
+    assert draw.run(event.event_id).outcome == "DONE"
+    drawn = [a for a in answers if a["receipt"]]
+    later = [a for a in answers if not a["receipt"]]
+    assert sorted(published_list(event.event_id)) == sorted(a["receipt"] for a in drawn)
+    api = Api(lane)
+    ranks = [api.poll(a["token"], event.event_id)[1]["data"]["rank"] for a in later]
+    later_ranks = sorted(ranks)
+    assert later_ranks == list(range(len(drawn) + 1, len(answers) + 1))
+    by_arrival = sorted(
+        later, key=lambda a: services.issued(event.event_id, services.parse_token(a["token"]))
+    )
+    assert [api.poll(a["token"], event.event_id)[1]["data"]["rank"] for a in by_arrival] == later_ranks
+
+
+def test_the_check_confirms_the_draw_and_refutes_a_tampered_one(scheduled, api, tmp_path, capsys):
+    event = scheduled()
+    early = [api.join(event.event_id)[1]["data"] for _ in range(30)]
+    commitment = Draw.objects.get(event=event).commitment
+    _, shown = api.call("get", f"/api/queue/draw?eventId={event.event_id}")
+    assert shown["data"] == {
+        "eventId": event.event_id,
+        "opensAt": int(event.opens_at.timestamp() * 1000),
+        "status": "SCHEDULED",
+        "commitment": commitment,
+        "seed": None,
+        "size": None,
+        "listDigest": None,
+        "finalSeed": None,
+        "receipt": None,
+        "position": None,
+    }
+    start_now(event)
+    draw.run(event.event_id)
+    _, shown = api.call("get", f"/api/queue/draw?eventId={event.event_id}")
+    data = shown["data"]
+    assert (data["status"], data["size"], data["commitment"]) == ("DRAWN", 30, commitment)
+    resp = api.client.get(f"/api/queue/draw/receipts?eventId={event.event_id}")
+    assert resp["Content-Type"].startswith("text/plain")
+    text = b"".join(resp.streaming_content).decode()
+    lines = text.splitlines()
+    # One line per place, in the order they joined, with its drawn position.
+    assert [line.split()[0] for line in lines] == [p["receipt"] for p in early]
+    assert sorted(int(line.split()[1]) for line in lines) == list(range(1, 31))
+    for person, line in zip(early, lines, strict=True):
+        assert int(line.split()[1]) == api.poll(person["token"], event.event_id)[1]["data"]["drawPosition"]
+
+    good = tmp_path / "list.txt"
+    good.write_text(text)
+    (a, pa), (b, pb) = lines[0].split(), lines[1].split()
+    swapped = tmp_path / "swapped.txt"  # two people's positions exchanged
+    swapped.write_text("\n".join([f"{a} {pb}", f"{b} {pa}", *lines[2:]]) + "\n")
+    reordered = tmp_path / "reordered.txt"  # the list's order changed: another final seed
+    reordered.write_text("\n".join([lines[1], lines[0], *lines[2:]]) + "\n")
+    dropped = tmp_path / "dropped.txt"  # someone left out
+    dropped.write_text("\n".join(lines[1:]) + "\n")
+    other_seed = "00" * 32
+
+    call_command("verify_draw", event.event_id, commitment=commitment)
+    assert "CONFIRMED: 30 places" in capsys.readouterr().out
+    call_command("verify_draw", event.event_id, receipts=str(good))
+    for bad in (
+        {"receipts": str(swapped)},
+        {"receipts": str(reordered)},
+        {"receipts": str(dropped)},
+        {"seed": other_seed},
+        {"commitment": "ab" * 32},
+    ):
+        with pytest.raises(CommandError, match="does not check out"):
+            call_command("verify_draw", event.event_id, **bad)
+        assert "REFUTED" in capsys.readouterr().err
+
+    # The standalone script: only the published data, only Python's standard library.
+    def script(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, str(VERIFY), *args], capture_output=True, text=True, timeout=60
+        )
+
+    seed = data["seed"]
+    ok = script(
+        "--seed", seed, "--receipts", str(good), "--commitment", commitment, "--receipt", early[7]["receipt"]
+    )
+    assert ok.returncode == 0, ok.stdout
+    mine = api.poll(early[7]["token"], event.event_id)[1]["data"]["drawPosition"]
+    assert f"position {mine} of 30" in ok.stdout
+    for args in (
+        ("--seed", seed, "--receipts", str(swapped), "--commitment", commitment),
+        ("--seed", seed, "--receipts", str(dropped), "--commitment", commitment),
+        ("--seed", seed, "--receipts", str(reordered), "--commitment", commitment),
+        ("--seed", other_seed, "--receipts", str(good), "--commitment", commitment),
+        ("--seed", seed, "--receipts", str(good), "--commitment", "ab" * 32),
+    ):
+        refuted = script(*args)
+        assert refuted.returncode == 1 and "REFUTED" in refuted.stdout, refuted.stdout
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_script_checks_a_running_server(make_event, gunicorn):
+    """docs/verify_draw.py against the production server, over HTTP."""
+    base, _ = gunicorn({"DATABASE_URL": _database_url()})
+    event = make_event(opens_at=timezone.now() + timedelta(hours=1))
+    for _ in range(5):
+        services.queue_join(event_id=event.event_id)
+    start_now(event)
+    draw.run(event.event_id)
+    commitment = Draw.objects.get(event=event).commitment
+    done = subprocess.run(
+        [sys.executable, str(VERIFY), "--url", base, "--event", event.event_id, "--commitment", commitment],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0 and "CONFIRMED: 5 places" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_draw_killed_before_it_switched_is_run_again_to_the_same_order(scheduled, one_lane):
+    """A real process dies at the worst moment: the order published in the database,
+    its list and positions written to Redis, the switch not yet made. The line keeps
+    answering DRAWING; the next run finishes with the same order; nothing is left over."""
+    event = scheduled()
+    early = [one_lane.join(event.event_id)[1]["data"] for _ in range(20)]
+    start_now(event)
+    code = (
+        "import os, signal\n"
+        "from queue_app import draw\n"
+        "from ticketing import redis as r\n"
+        "real = r.run\n"
+        "def dying(name, *a, **k):\n"
+        "    if name == 'draw_done':\n"
+        "        os.kill(os.getpid(), signal.SIGKILL)\n"
+        "    return real(name, *a, **k)\n"
+        "r.run = dying\n"
+        f"draw.run({event.event_id!r})\n"
+    )
+    env = {**os.environ, "DATABASE_URL": _database_url()}
+    done = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", code],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    first = published_list(event.event_id)
+    assert len(first) == 20
+    assert one_lane.poll(early[0]["token"], event.event_id)[1]["data"]["status"] == "DRAWING"
+    client = r.client()
+    left_over = [k for k in client.scan_iter(match=f"ticket:{{{event.event_id}}}:queue:draw:*")]
+    assert left_over and all(0 < client.pttl(k) <= 10 * draw.CLAIM_MS for k in left_over)
+
+    assert draw.run(event.event_id).outcome == "DONE"
+    assert published_list(event.event_id) == first
+    for person in early:
+        data = one_lane.poll(person["token"], event.event_id)[1]["data"]
+        assert data["drawPosition"] == first.index(person["receipt"]) + 1
+    call_command("verify_draw", event.event_id)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_runs_at_once_put_one_order_in_place(scheduled, one_lane):
+    event = scheduled()
+    early = [one_lane.join(event.event_id)[1]["data"] for _ in range(300)]
+    start_now(event)
+    outcomes: list[str] = []
+    threads = [
+        threading.Thread(target=lambda: outcomes.append(draw.run(event.event_id).outcome)) for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) in (["ALREADY", "DONE"], ["DONE", "DONE"])
+    client = r.client()
+    k = r.event_keys(event.event_id)
+    assert client.strlen(k.drawnum) == 4 * 300 and client.llen(k.line) == 0  # nothing copied
+    listed = published_list(event.event_id)
+    ranks = sorted(one_lane.poll(p["token"], event.event_id)[1]["data"]["rank"] for p in early[:50])
+    assert len(set(ranks)) == 50
+    assert not [key for key in client.scan_iter(match=f"ticket:{{{event.event_id}}}:queue:draw:*")]
+    assert draw.run(event.event_id).outcome == "DONE"  # a third run changes nothing
+    assert published_list(event.event_id) == listed
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_draw_runs_under_the_real_beat_and_worker(make_event, one_lane, tmp_path):
+    """Beat's tick reports DRAW_DUE; it hands the draw to a Celery worker; admission
+    begins with the first tick after it."""
+    from queue_app.tests.test_beat import Stack, _purge_broker, _wait_until
+
+    event = make_event(opens_at=timezone.now() + timedelta(seconds=3), admit_per_second=2)
+    early = [one_lane.join(event.event_id)[1]["data"] for _ in range(6)]
+    stack = Stack(tmp_path)
+    stack.env["DATABASE_URL"] = _database_url()
+    _purge_broker()
+    try:
+        stack.worker("worker")
+        stack.beat("beat")
+
+        def drawn() -> bool:
+            return one_lane.poll(early[0]["token"], event.event_id)[1]["data"]["drawPosition"] is not None
+
+        _wait_until(drawn, 60)
+        _wait_until(lambda: services.event_live_numbers(event.event_id)["active"] >= 2, 30)
+    finally:
+        stack.close()
+    positions = {p["token"]: one_lane.poll(p["token"], event.event_id)[1]["data"] for p in early}
+    active = sorted(d["drawPosition"] for d in positions.values() if d["status"] == "ACTIVE")
+    assert active == list(range(1, len(active) + 1))
+    call_command("verify_draw", event.event_id)
+
+
+def _database_url() -> str:
+    """The test database, for another process to share."""
+    db = settings.DATABASES["default"]
+    if db["ENGINE"].endswith("postgresql"):
+        return f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+    require(False, "another process shares the test database on Postgres only")
+    raise AssertionError("unreachable")
+
+
+def test_the_schedule_moves_before_the_start_and_stays_after_it(scheduled, one_lane):
+    event = scheduled()
+    meta = r.event_keys(event.event_id).meta
+    later = timezone.now() + timedelta(hours=2)
+    event.opens_at = later
+    event.full_clean()
+    event.save()
+    services.event_publish(event)
+    assert int(r.client().hget(meta, "opensAt")) == int(later.timestamp() * 1000)
+    token = one_lane.token(event.event_id)
+    start_now(event)
+    assert services.event_admit(event.event_id).outcome == "DRAW_DUE"
+    draw.run(event.event_id)
+    # After the start the time is history: the model refuses a change.
+    event.refresh_from_db()
+    event.opens_at = timezone.now() + timedelta(hours=3)
+    with pytest.raises(Exception, match="start has passed"):
+        event.full_clean()
+    assert one_lane.poll(token, event.event_id)[1]["data"]["drawPosition"] == 1
+    # A Redis that lost the event after its draw rebuilds a first-come line.
+    services.event_wipe(event.event_id)
+    services.event_publish(Event.objects.get(pk=event.pk))
+    assert r.client().hget(meta, "draw") is None
+
+
+def test_a_line_that_admitted_people_gets_no_start(make_event, one_lane):
+    event = make_event(admit_per_second=1)
+    one_lane.token(event.event_id)
+    services.event_admit(event.event_id)
+    event.opens_at = timezone.now() + timedelta(hours=1)
+    with pytest.raises(services.LineStarted):
+        services.event_publish(event)
+    assert r.client().hget(r.event_keys(event.event_id).meta, "draw") is None
+    with pytest.raises(CommandError, match="joined the line"):
+        call_command("init_event", event.event_id, "--opens-at", "+3600")
+
+
+def test_init_event_schedules_a_start_and_shows_the_commitment(db, capsys):
+    event_id = "t-init-draw"
+    try:
+        call_command("init_event", event_id, "--opens-at", "+600")
+        out = capsys.readouterr().out
+        found = Draw.objects.get(event__event_id=event_id)
+        assert found.commitment in out
+        assert r.client().hget(r.event_keys(event_id).meta, "draw") == b"PENDING"
+        with pytest.raises(CommandError, match="not a time"):
+            call_command("init_event", event_id, "--opens-at", "tomorrow")
+        with pytest.raises(CommandError, match="future"):
+            call_command("init_event", event_id, "--opens-at", "2020-01-01T07:00:00+09:00")
+        call_command("init_event", event_id, "--opens-at", "none")
+        assert r.client().hget(r.event_keys(event_id).meta, "draw") is None
+    finally:
+        services.event_wipe(event_id)
+        r.client().srem(r.EVENTS_KEY, event_id)
+
+
+@pytest.mark.parametrize(
+    ("query", "status", "code"),
+    [
+        ("eventId=nope-404", 404, "EVENT_NOT_FOUND"),
+        ("eventId=%s&receipt=xyz", 400, "VALIDATION_ERROR"),
+        ("eventId=%s&receipt=0123456789abcdeg", 400, "VALIDATION_ERROR"),
+        ("eventId=%s&receipt=0123456789abcdef", 409, "NOT_DRAWN"),
+        ("eventId=bad id", 400, "VALIDATION_ERROR"),
+    ],
+)
+def test_bad_draw_questions_get_clear_errors(scheduled, api, query, status, code):
+    event = scheduled()
+    got, body = api.call("get", "/api/queue/draw?" + (query % event.event_id if "%s" in query else query))
+    assert (got, body["success"], body["error"]["code"]) == (status, False, code)
+
+
+def test_draw_errors_of_events_without_or_after_a_draw(make_event, scheduled, api):
+    plain = make_event()
+    got, body = api.call("get", f"/api/queue/draw?eventId={plain.event_id}")
+    assert (got, body["error"]["code"]) == (404, "NO_DRAW")
+    got, body = api.call("get", f"/api/queue/draw/receipts?eventId={plain.event_id}")
+    assert (got, body["error"]["code"]) == (404, "NO_DRAW")
+    event = scheduled()
+    got, body = api.call("get", f"/api/queue/draw/receipts?eventId={event.event_id}")
+    assert (got, body["error"]["code"]) == (409, "NOT_DRAWN")
+    api.token(event.event_id)
+    start_now(event)
+    draw.run(event.event_id)
+    got, body = api.call("get", f"/api/queue/draw?eventId={event.event_id}&receipt={'0' * 16}")
+    assert (got, body["error"]["code"]) == (404, "RECEIPT_NOT_FOUND")
+
+
+def test_an_empty_pre_queue_draws_nothing_and_the_line_works(scheduled, api):
+    event = scheduled()
+    start_now(event)
+    late = api.token(event.event_id)
+    assert draw.run(event.event_id).outcome == "DONE"
+    assert api.poll(late, event.event_id)[1]["data"]["rank"] == 1
+    assert services.event_admit(event.event_id).admitted == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_begun_before_the_start_reads_ahead_and_draws_at_it(make_event, one_lane):
+    """As the tick dispatches it: the run starts draw.LEAD_MS before the start, keeps
+    up with the pre-queue while joins go on, and draws everyone who came before the
+    start and nobody after."""
+    event = make_event(opens_at=timezone.now() + timedelta(seconds=2))
+    early = [one_lane.join(event.event_id)[1]["data"] for _ in range(20)]
+    assert services.event_admit(event.event_id).outcome == "DRAW_DUE"  # within the lead
+    outcome: list[draw.Outcome] = []
+    runner = threading.Thread(target=lambda: outcome.append(draw.run(event.event_id)))
+    runner.start()
+    joined = []
+    while runner.is_alive():
+        joined.append(one_lane.join(event.event_id)[1]["data"])
+    runner.join()
+    drawn = early + [j for j in joined if j["receipt"]]
+    later = [j for j in joined if not j["receipt"]]
+    assert outcome[0].outcome == "DONE" and outcome[0].size == len(drawn) > 20
+    assert sorted(published_list(event.event_id)) == sorted(j["receipt"] for j in drawn)
+    ranks = sorted(one_lane.poll(j["token"], event.event_id)[1]["data"]["rank"] for j in later)
+    assert ranks == list(range(len(drawn) + 1, len(drawn) + len(later) + 1))
+
+
+def test_a_run_for_a_start_moved_later_gives_way(make_event):
+    event = make_event(opens_at=timezone.now() + timedelta(hours=1))
+    services.queue_join(event_id=event.event_id)
+    assert draw.dispatch(event.event_id)
+    assert draw.run(event.event_id).outcome == "NOT_DUE"
+    assert draw.dispatch(event.event_id)  # the claim was let go: a later tick dispatches again
+
+
+def _tick(event: Event) -> services.Tick:
+    r.client().delete(r.event_keys(event.event_id).tick)  # no wait for the next second
+    return services.event_admit(event.event_id)
+
+
+def test_admission_crosses_from_the_drawn_pre_queue_to_the_later_arrivals(scheduled, one_lane):
+    event = scheduled()
+    early = [one_lane.join(event.event_id)[1]["data"]["token"] for _ in range(10)]
+    start_now(event)
+    late = [one_lane.token(event.event_id) for _ in range(5)]
+    assert draw.run(event.event_id).outcome == "DONE"
+    drawn = sorted(early, key=lambda t: one_lane.poll(t, event.event_id)[1]["data"]["drawPosition"])
+    for token in drawn[:4]:  # a run of holes at the head of the drawn order
+        assert one_lane.leave(token, event.event_id)[1]["data"]["removed"] is True
+    Event.objects.filter(pk=event.pk).update(admit_per_second=3)
+    event.refresh_from_db()
+    services.event_publish(event)
+    k, client = r.event_keys(event.event_id), r.client()
+
+    def active() -> list[str]:
+        order = drawn + late
+        return [t for t in order if one_lane.poll(t, event.event_id)[1]["data"]["status"] == "ACTIVE"]
+
+    assert _tick(event).admitted == 3  # the holes are compacted away, then 3 admitted
+    assert active() == drawn[4:7]
+    assert client.exists(k.pre, k.drawnum) == 2 and client.llen(k.line) == 5
+    assert _tick(event).admitted == 3  # the last 3 drawn: past the pre-queue
+    assert active() == drawn[4:10]
+    assert client.exists(k.pre, k.drawnum) == 0  # no longer needed
+    assert client.exists(k.drawpos) == 1  # the drawn places still poll by it
+    assert one_lane.poll(late[0], event.event_id)[1]["data"]["rank"] == 1
+    assert _tick(event).admitted == 3  # then the later arrivals, in arrival order
+    assert active() == drawn[4:10] + late[:3]
+    assert client.llen(k.line) == 2
+    assert one_lane.poll(drawn[0], event.event_id)[1]["data"]["status"] == "NOT_FOUND"  # left
+
+
+def test_the_start_of_a_line_people_joined_stays(scheduled, make_event, one_lane):
+    plain = make_event()
+    one_lane.token(plain.event_id)
+    plain.opens_at = timezone.now() + timedelta(hours=1)
+    with pytest.raises(services.LineStarted, match="joined the line"):
+        services.event_publish(plain)  # they joined first come, first served
+    event = scheduled()
+    one_lane.token(event.event_id)
+    event.opens_at = None
+    with pytest.raises(services.LineStarted, match="start can move, not go"):
+        services.event_publish(event)  # they were promised a draw
+    event.opens_at = timezone.now() + timedelta(hours=2)
+    services.event_publish(event)  # moving it is fine
+    assert int(r.client().hget(r.event_keys(event.event_id).meta, "opensAt")) == int(
+        event.opens_at.timestamp() * 1000
+    )

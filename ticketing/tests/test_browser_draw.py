@@ -1,0 +1,300 @@
+"""A scheduled start in headless Chromium (docs/draw.md): the pre-queue's countdown
+and receipt, the DRAWING state at the start, the drawn position after the draw and
+the public draw page that proves it; later arrivals behind the whole pre-queue; the
+same in Korean. Each event starts a few seconds after the test begins."""
+
+import hashlib
+import re
+import time
+import uuid
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+from django.utils import timezone, translation
+from django.utils.translation import gettext
+
+from queue_app import draw
+from queue_app import services as queue
+from queue_app.models import Draw
+from ticketing.tests.test_browser import browser, rank_shown, shot  # noqa: F401 (browser is a fixture)
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+# How far ahead each event's start is: room for a page to load, join and be checked
+# before it (1.3-2 s here, screenshots included), with a margin for a slow machine.
+LEAD = timedelta(seconds=4)
+
+# Every poll the page sends: when it was sent and answered (ms), and the answer.
+RECORD_POLLS = """
+window.__polls = [];
+const fetched = window.fetch;
+window.fetch = async function (url) {
+  const sent = Date.now();
+  const response = await fetched.apply(this, arguments);
+  if (String(url).includes("/api/status/poll")) {
+    const body = await response.clone().json().catch(() => null);
+    window.__polls.push({ sent: sent, answered: Date.now(), data: body && body.data });
+  }
+  return response;
+};
+"""
+
+
+@pytest.fixture
+def new_page(browser, live_server):  # noqa: F811 (the fixture imported above)
+    """Phone-sized pages, each of its own context (cookies, storage), in a locale,
+    recording their polls; closed after the test."""
+    contexts = []
+
+    def new(locale: str = "en-US"):
+        context = browser.new_context(
+            locale=locale, viewport={"width": 390, "height": 844}, base_url=live_server.url
+        )
+        contexts.append(context)
+        context.add_init_script(RECORD_POLLS)
+        page = context.new_page()
+        page.set_default_timeout(20_000)
+        return page
+
+    yield new
+    for context in contexts:
+        context.close()
+
+
+def polls(page) -> list[dict]:
+    return page.evaluate("window.__polls")
+
+
+def text(page, selector: str) -> str:
+    # Some ICU versions put a narrow no-break space before AM/PM.
+    return page.locator(selector).inner_text().replace("\u202f", " ").strip()
+
+
+def ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+def wait_for_start(event) -> None:
+    time.sleep(max(0.0, event.opens_at.timestamp() - time.time()) + 0.05)
+
+
+def before_start(event) -> None:
+    """The pre-queue part of a test must be done before the start: else LEAD is too short."""
+    assert timezone.now() < event.opens_at, f"the start passed while the page joined: raise LEAD ({LEAD})"
+
+
+def shows(page, state: str, timeout: float = 20_000) -> None:
+    """Until the room is in `state` and that state's panel is on screen."""
+    page.locator(f'#room[data-state="{state}"] [data-show="{state}"]').wait_for(timeout=timeout)
+
+
+def token_of(page, event_id: str) -> str:
+    return page.evaluate(f"localStorage.getItem('queueToken:{event_id}')")
+
+
+def receipt_of(event_id: str, token: str) -> str:
+    return draw.receipt(event_id, uuid.UUID(token).bytes).hex()
+
+
+def clock(moment: datetime, lang: str, zone: str) -> str:
+    """The start as the page writes it (toLocaleTimeString, 2-digit hour and minute)."""
+    local = moment.astimezone(ZoneInfo(zone))
+    if lang == "ko":
+        return ("오전 " if local.hour < 12 else "오후 ") + local.strftime("%I:%M")
+    return local.strftime("%I:%M %p")
+
+
+def test_a_join_before_the_start_is_drawn_into_the_line(make_event, new_page, live_server):
+    event = make_event(name="KTX Seollal 07:00", opens_at=timezone.now() + LEAD)
+    page = new_page()
+    page.goto(f"/events/{event.event_id}/")
+    shows(page, "prequeue")
+    page.wait_for_function("document.getElementById('receipt').textContent.length === 16")
+    zone = page.evaluate("Intl.DateTimeFormat().resolvedOptions().timeZone")
+    assert text(page, "#prequeue-message") == (
+        f"You are in. The order is drawn at {clock(event.opens_at, 'en', zone)}."
+    )
+    assert re.fullmatch(r"Starts in 0:0[1-4]", text(page, "#starts-in")), text(page, "#starts-in")
+    receipt = text(page, "#receipt")
+    token = token_of(page, event.event_id)
+    assert receipt == receipt_of(event.event_id, token)  # the receipt names this place
+    draw_url = f"/events/{event.event_id}/draw?receipt={receipt}"
+    assert [a.get_attribute("href") for a in page.locator(".draw-link").all()] == [draw_url, draw_url]
+    # Its target shows the commitment to the seed (the receipt's position comes later).
+    scheduled = page.request.get(f"{live_server.url}{draw_url}")
+    assert scheduled.status == 200
+    committed = re.search(r'<code id="commitment">([0-9a-f]{64})</code>', scheduled.text()).group(1)
+    assert 'data-status="SCHEDULED"' in scheduled.text()
+    others = [queue.queue_join(event_id=event.event_id) for _ in range(4)]
+    assert all(re.fullmatch(r"[0-9a-f]{16}", o.receipt or "") for o in others)
+    # Within draw.LEAD_MS of the start the tick asks for the draw (which reads ahead
+    # until the start), and admits nobody.
+    tick = queue.event_admit(event.event_id)
+    assert (tick.outcome, tick.admitted, tick.active) == ("DRAW_DUE", 0, 0)
+    shot(page, "11-pre-queue")
+    fits_a_phone(page)
+    before_start(event)
+    # The countdown runs on.
+    first = text(page, "#starts-in")
+    page.wait_for_function("(first) => document.getElementById('starts-in').textContent !== first", arg=first)
+
+    # The start: the tick asks for the draw; the draw is kept back until the page
+    # shows that it is drawing.
+    wait_for_start(event)
+    assert queue.event_admit(event.event_id).outcome == "DRAW_DUE"
+    shows(page, "drawing", timeout=6_000)
+    assert text(page, "#drawing-message") == "Drawing the order of everyone who came before the start…"
+    shot(page, "12-drawing")
+    # The join's poll told the page to come back 0.5-3 s after the start, and it
+    # did not poll in between (timers never fire early; a few ms of clock rounding).
+    start = ms(event.opens_at)
+    early, *later = polls(page)
+    assert early["data"]["status"] == "PRE_QUEUE" and early["data"]["opensAt"] == start
+    assert early["data"]["receipt"] == receipt
+    assert start + 450 <= early["answered"] + early["data"]["nextPollMs"] <= start + 3_050
+    assert start + 450 <= later[0]["sent"] <= start + 3_500, later[0]["sent"] - start
+    assert later[0]["data"]["status"] == "DRAWING" and 1_000 <= later[0]["data"]["nextPollMs"] <= 3_000
+
+    outcome = draw.run(event.event_id)
+    assert (outcome.outcome, outcome.size) == ("DONE", 5)
+    shows(page, "waiting", timeout=6_000)
+    page.locator("#drawn").wait_for()  # visible
+    rank = rank_shown(page)
+    assert 1 <= rank <= 5
+    assert text(page, "#position") == f"You are number {rank} in line"
+    assert text(page, "#drawn-position") == f"Drawn position {rank}"  # nobody admitted yet
+    assert text(page, "#ahead") == str(rank - 1)
+    assert text(page, "#behind") == str(5 - rank)
+    last = polls(page)[-1]["data"]
+    assert (last["receipt"], last["drawPosition"], last["rank"]) == (receipt, rank, rank)
+    assert page.locator("#check-draw").get_attribute("href") == draw_url
+    shot(page, "13-drawn-position")
+
+    page.locator("#check-draw").click()
+    page.wait_for_url(re.compile(re.escape(draw_url) + "$"))
+    page.locator("#found").wait_for()
+    seed = text(page, "#seed")
+    assert text(page, "#commitment") == committed  # as shown before the start
+    assert hashlib.sha256(bytes.fromhex(seed)).hexdigest() == committed
+    assert text(page, "#size") == "5"
+    assert page.locator("input#receipt").input_value() == receipt
+    assert text(page, "#found") == f"Receipt {receipt} was drawn at position {rank} of 5."
+    shot(page, "14-draw-page")
+
+    # The receipt the page showed is the one in the published draw, at the same place.
+    answer = page.request.get(f"{live_server.url}/api/queue/draw?eventId={event.event_id}&receipt={receipt}")
+    assert answer.status == 200, answer.text()
+    data = answer.json()["data"]
+    assert (data["status"], data["seed"], data["size"]) == ("DRAWN", seed, 5)
+    assert (data["receipt"], data["position"]) == (receipt, rank)
+    # And everyone else's place in line is their drawn position: 1-5, each once.
+    places = {rank}
+    for joined in others:
+        p = queue.queue_poll(event_id=event.event_id, token=queue.parse_token(joined.token))
+        assert (p.status, p.receipt, p.draw_position) == ("WAITING", joined.receipt, p.rank)
+        places.add(p.rank)
+    assert places == {1, 2, 3, 4, 5}
+    fits_a_phone(page)
+
+
+def fits_a_phone(page) -> None:
+    """Nothing wider than the phone's screen (no sideways scrolling)."""
+    wide = page.evaluate(
+        """[...document.querySelectorAll("main *")]
+             .filter((e) => e.getBoundingClientRect().right > document.documentElement.clientWidth + 1)
+             .map((e) => e.tagName.toLowerCase() + (e.id ? "#" + e.id : ""))"""
+    )
+    width = page.evaluate("[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+    assert width[0] <= width[1], f"{page.url} is {width[0]} px wide on a {width[1]} px screen: {wide}"
+
+
+def test_a_join_after_the_start_is_behind_the_whole_pre_queue(make_event, new_page):
+    event = make_event(opens_at=timezone.now() + timedelta(seconds=1))
+    for _ in range(3):
+        assert queue.queue_join(event_id=event.event_id).receipt is not None
+    wait_for_start(event)
+
+    # After the start, before the draw: already in line, behind the three, not drawn.
+    late = new_page()
+    late.goto(f"/events/{event.event_id}/")
+    shows(late, "waiting")
+    assert rank_shown(late) == 4
+    assert late.locator("#drawn").is_hidden()
+    first = polls(late)[-1]["data"]
+    assert (first["status"], first["receipt"], first["drawPosition"]) == ("WAITING", None, None)
+
+    assert queue.event_admit(event.event_id).outcome == "DRAW_DUE"
+    assert draw.run(event.event_id).outcome == "DONE"
+    polled = len(polls(late))
+    late.wait_for_function(f"window.__polls.length > {polled}")  # a poll since the draw
+    assert rank_shown(late) == 4
+    assert late.locator("#drawn").is_hidden()
+
+    # After the draw: behind the late one too.
+    later = new_page()
+    later.goto(f"/events/{event.event_id}/")
+    shows(later, "waiting")
+    assert rank_shown(later) == 5
+    assert later.locator("#drawn").is_hidden()
+    data = polls(later)[-1]["data"]
+    assert (data["rank"], data["receipt"], data["drawPosition"]) == (5, None, None)
+    assert Draw.objects.get(event=event).size == 3
+
+
+def korean(msgid: str, **values: object) -> str:
+    """The Korean catalogue's text for `msgid` (which must be translated), filled in."""
+    with translation.override("ko"):
+        translated = gettext(msgid)
+    assert translated != msgid, f"not translated to Korean: {msgid!r}"
+    return translated % values if values else translated
+
+
+def test_the_pre_queue_and_the_draw_in_korean(make_event, new_page):
+    event = make_event(name="KTX 설날 07:00", opens_at=timezone.now() + LEAD)
+    page = new_page("ko-KR")
+    page.goto(f"/events/{event.event_id}/")
+    shows(page, "prequeue")
+    page.wait_for_function("document.getElementById('receipt').textContent.length === 16")
+    assert page.locator("html").get_attribute("lang") == "ko"
+    zone = page.evaluate("Intl.DateTimeFormat().resolvedOptions().timeZone")
+    message = korean("You are in. The order is drawn at %(time)s.", time=clock(event.opens_at, "ko", zone))
+    assert text(page, "#prequeue-message") == message
+    countdown = re.escape(korean("Starts in %(time)s", time="TIME")).replace("TIME", r"0:0[1-4]")
+    assert re.fullmatch(countdown, text(page, "#starts-in")), text(page, "#starts-in")
+    panel = page.locator('[data-show="prequeue"]')
+    assert korean("Your receipt:") in panel.inner_text()
+    assert text(page, '[data-show="prequeue"] .draw-link') == korean("How the draw works")
+    receipt = text(page, "#receipt")
+    assert receipt == receipt_of(event.event_id, token_of(page, event.event_id))
+    shot(page, "15-pre-queue-ko")
+    page.reload()  # F5 keeps the place, and its receipt
+    shows(page, "prequeue")
+    page.wait_for_function("document.getElementById('receipt').textContent.length === 16")
+    assert text(page, "#receipt") == receipt
+    before_start(event)
+
+    wait_for_start(event)
+    shows(page, "drawing", timeout=6_000)
+    assert text(page, "#drawing-message") == korean(
+        "Drawing the order of everyone who came before the start…"
+    )
+    assert draw.run(event.event_id).outcome == "DONE"
+    shows(page, "waiting", timeout=6_000)
+    page.locator("#drawn").wait_for()
+    assert text(page, "#position") == korean("You are number %(rank)s in line", rank=1)
+    assert text(page, "#drawn-position") == korean("Drawn position %(n)s", n=1)
+    assert text(page, "#check-draw") == korean("Check the draw")
+
+    page.locator("#check-draw").click()
+    page.locator("#found").wait_for()
+    assert page.locator("html").get_attribute("lang") == "ko"
+    assert text(page, "h1") == korean("The draw for %(event)s", event=event.name)
+    assert korean("Seed") in page.locator("dl.figures").inner_text()
+    assert text(page, "#found") == korean(
+        "Receipt %(receipt)s was drawn at position %(position)s of %(size)s.",
+        receipt=receipt,
+        position=1,
+        size=1,
+    )
+    fits_a_phone(page)
