@@ -11,10 +11,9 @@ whole time and another keeps joining from the start on. Reports:
 
 - the draw, start to DONE, and each of its steps after the start; the line is
   usable (polls show ranks, the next tick admits) from DONE on.
-- polls while the draw runs: their answers (DRAWING, then WAITING) and round trips,
-  the longest being the one that waited for the switch script.
+- polls while the draw runs: their answers (DRAWING, then WAITING) and round trips.
 - Redis memory per person: after the fill (the pre-queue), at the peak while
-  drawing (both the pre-queue and its drawn copy are held), and after the draw.
+  drawing (sampled by the polling process), and after the draw.
 
 Run it against a Redis of its own (REDIS_URL), as the figures in docs/benchmarks.md
 were: other keys on the server would blur the memory figures.
