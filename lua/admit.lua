@@ -12,12 +12,12 @@
 -- setting that is not a number) fails the tick with nothing changed, never with the
 -- head of the line popped and `popped` stale.
 --
--- KEYS[1] meta    HASH    status, admitPerSecond, windowSeconds, maxActive, draw, opensAt;
---                         admitRate is written
+-- KEYS[1] meta    HASH    status, admitPerSecond, windowSeconds, maxActive, draw, opensAt,
+--                         drawSize; admitRate is written
 -- KEYS[2] seq     STRING  last arrival number issued
--- KEYS[3] popped  STRING  arrival numbers already taken off the head of the line
+-- KEYS[3] popped  STRING  places already taken off the head of the line
 -- KEYS[4] line    LIST    tokens (16 raw bytes) in arrival order
--- KEYS[5] left    ZSET    arrival numbers of people who left the line
+-- KEYS[5] left    ZSET    places of people who left the line
 -- KEYS[6] active  ZSET    token -> end of its active window (ms)
 -- KEYS[7] seats   STRING  seats left
 -- KEYS[8] tick    STRING  the last second (Redis clock) a tick ran

@@ -6,9 +6,9 @@
 -- `left`. Passing m holes moves `popped` by m and takes them out of `left`, so
 -- waiting (seq - popped - |left|) and every rank stay what they were.
 --
--- KEYS[1] popped  STRING  arrival numbers already taken off the head of the line
+-- KEYS[1] popped  STRING  places already taken off the head of the line
 -- KEYS[2] line    LIST    tokens (16 raw bytes) in arrival order
--- KEYS[3] left    ZSET    arrival numbers of people who left the line (score = number)
+-- KEYS[3] left    ZSET    places of people who left the line (score = place)
 -- KEYS[4] meta    HASH    draw, drawSize: nothing is compacted while a pre-queue waits
 --                         for its draw; after it, places 1..drawSize are the drawn
 --                         pre-queue (lua/admit.lua), not in `line`

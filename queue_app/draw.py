@@ -159,6 +159,7 @@ def run(event_id: str) -> Outcome:
             client.delete(k.draw_claim)
             return Outcome(event_id, "NOT_DUE")
         read(client.strlen(k.pre) // 16)
+        _renew(k)  # waiting is working: no second run while this one waits
         time.sleep(min(max(until, 10), 200) / 1000)
     if reply[0] != b"CLOSED":
         return Outcome(event_id, reply[0].decode())

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -587,3 +588,21 @@ def test_the_start_of_a_line_people_joined_stays(scheduled, make_event, one_lane
     assert int(r.client().hget(r.event_keys(event.event_id).meta, "opensAt")) == int(
         event.opens_at.timestamp() * 1000
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_waiting_for_the_start_keeps_its_claim(make_event):
+    """No second run is dispatched while the first waits for a quiet start."""
+    event = make_event(opens_at=timezone.now() + timedelta(seconds=2))
+    services.queue_join(event_id=event.event_id)
+    assert draw.dispatch(event.event_id)
+    claim = r.event_keys(event.event_id).draw_claim
+    runner = threading.Thread(target=draw.run, args=(event.event_id,))
+    runner.start()
+    time.sleep(0.3)  # it has read the pre-queue; nobody joins any more
+    r.client().pexpire(claim, 1_000)  # as if its last read were long ago
+    time.sleep(0.5)
+    assert r.client().pttl(claim) > draw.CLAIM_MS - 1_000  # renewed while it waits
+    assert not draw.dispatch(event.event_id)
+    runner.join()
+    assert not r.client().exists(claim)  # let go once done

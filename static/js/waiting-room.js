@@ -1,9 +1,9 @@
 // The waiting room: join on the first visit, keep the token (localStorage and a
 // cookie, so F5 keeps the place), poll at the server's nextPollMs, and move to the
 // booking page when admitted. Before a scheduled start, a countdown and the place's
-// receipt in the draw; after it, the drawn position. When the event asks for proof of work, the join
-// carries a solved challenge (ALTCHA, static/vendor/altcha), solved in the
-// background while the page says so.
+// receipt in the draw; after it, the drawn position. When the event asks for proof
+// of work, the join carries a solved challenge (ALTCHA, static/vendor/altcha),
+// solved in the background while the page says so.
 (function () {
   "use strict";
   const cfg = JSON.parse(document.getElementById("room-config").textContent);
