@@ -33,11 +33,7 @@ class EventForm(forms.ModelForm):
 
     def clean_opens_at(self) -> object:
         opens_at = self.cleaned_data["opens_at"]
-        before = (
-            Event.objects.values_list("opens_at", flat=True).get(pk=self.instance.pk)
-            if self.instance.pk
-            else None
-        )
+        before = self.instance.opens_at  # the form's values reach the instance after the fields' clean
         if not self.instance.pk or (opens_at is None) == (before is None):
             return opens_at  # a new event, no start, or one that moves (Event.clean says when)
         if services.line_started(self.instance.event_id):

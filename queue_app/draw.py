@@ -47,6 +47,7 @@ from array import array
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from itertools import islice
 
 from django.utils import timezone
 
@@ -78,19 +79,19 @@ def receipts(event_id: str, tokens: list[bytes]) -> list[bytes]:
     return [sha256(prefix + token).digest()[:RECEIPT_BYTES] for token in tokens]
 
 
-def commitment(seed: bytes) -> str:
-    return hashlib.sha256(seed).hexdigest()
+def list_digest(joined: bytes) -> bytes:
+    """Of the receipts in the order they joined, concatenated."""
+    return hashlib.sha256(joined).digest()
 
 
-def final_seed(seed: bytes, receipts: list[bytes]) -> bytes:
-    """From the seed and the receipts in the order they joined."""
-    return hashlib.sha256(seed + hashlib.sha256(b"".join(receipts)).digest()).digest()
+def final_seed(seed: bytes, digest: bytes) -> bytes:
+    return hashlib.sha256(seed + digest).digest()
 
 
 def shuffled(seed: bytes, receipts: list[bytes]) -> list[int]:
     """The indices of `receipts` (in the order they joined) in drawn order."""
     count = len(receipts)
-    final, sha256 = final_seed(seed, receipts), hashlib.sha256
+    final, sha256 = final_seed(seed, list_digest(b"".join(receipts))), hashlib.sha256
     blocks = (count + 2) // 4  # count - 1 words of 8 bytes, four per hash
     words = array("Q", b"".join([sha256(final + c.to_bytes(8, "big")).digest() for c in range(blocks)]))
     if sys.byteorder == "little":
@@ -267,23 +268,23 @@ def published(*, event_id: str, receipt: bytes | None = None) -> Published:
         if receipt is not None:
             raise DomainError("NOT_DRAWN", "The order is drawn at the scheduled start.")
         status = "DRAWING" if found.event.opens_at <= timezone.now() else "SCHEDULED"
-        return Published(event_id, opens_at, commitment(seed), status)
+        return Published(event_id, opens_at, found.commitment, status)
     listed = drawn_list(found)
     position = None
     if receipt is not None:
         position = listed.position_of(receipt)
         if position is None:
             raise DomainError("RECEIPT_NOT_FOUND", "No place of this draw has this receipt.")
-    digest = hashlib.sha256(listed.receipts).digest()
+    digest = list_digest(listed.receipts)
     return Published(
         event_id,
         opens_at,
-        commitment(seed),
+        found.commitment,
         "DRAWN",
         seed=seed.hex(),
         size=found.size,
         list_digest=digest.hex(),
-        final_seed=hashlib.sha256(seed + digest).hexdigest(),
+        final_seed=final_seed(seed, digest).hex(),
         receipt=None if receipt is None else receipt.hex(),
         position=position,
     )
@@ -308,15 +309,17 @@ class Listed:
         index = at // RECEIPT_BYTES
         return int.from_bytes(self.positions[4 * index : 4 * index + 4], "big")
 
+    def entries(self) -> Iterator[tuple[bytes, int]]:
+        """(receipt, position) of each place, in the order they joined."""
+        receipts, positions = self.receipts, self.positions
+        for i in range(len(receipts) // RECEIPT_BYTES):
+            yield receipts[8 * i : 8 * i + 8], int.from_bytes(positions[4 * i : 4 * i + 4], "big")
+
     def lines(self) -> Iterator[bytes]:
-        """ "<receipt> <position>", one line per place, in the order they joined."""
-        receipts, positions, step = self.receipts, self.positions, 10_000
-        count = len(receipts) // RECEIPT_BYTES
-        for first in range(0, count, step):
-            yield "".join(
-                f"{receipts[8 * i : 8 * i + 8].hex()} {int.from_bytes(positions[4 * i : 4 * i + 4], 'big')}\n"
-                for i in range(first, min(first + step, count))
-            ).encode()
+        """ "<receipt> <position>", one line per place, 10,000 lines a chunk."""
+        entries = self.entries()
+        while chunk := list(islice(entries, 10_000)):
+            yield "".join(f"{receipt.hex()} {position}\n" for receipt, position in chunk).encode()
 
 
 _listed_cache: dict[tuple, Listed] = {}

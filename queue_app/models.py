@@ -178,6 +178,12 @@ def new_seed() -> bytes:
     return secrets.token_bytes(32)
 
 
+def commitment(seed: bytes) -> str:
+    """SHA-256 of a draw's seed, in hex: published before the start, so the seed
+    revealed after it can be checked against it."""
+    return hashlib.sha256(seed).hexdigest()
+
+
 class Draw(models.Model):
     """The draw of an event's pre-queue (docs/draw.md): the secret seed from the
     moment the start is scheduled (only its hash, the commitment, is shown before
@@ -201,6 +207,4 @@ class Draw(models.Model):
 
     @property
     def commitment(self) -> str:
-        """SHA-256 of the seed, in hex: published before the start, so the seed
-        revealed after it can be checked against it."""
-        return hashlib.sha256(bytes(self.seed)).hexdigest()
+        return commitment(bytes(self.seed))

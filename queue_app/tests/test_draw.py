@@ -53,8 +53,7 @@ def start_now(event: Event) -> None:
 def published_list(event_id: str) -> list[str]:
     """The published receipts, in drawn order."""
     listed = draw.drawn_list(Draw.objects.get(event__event_id=event_id))
-    receipts = [listed.receipts[i : i + 8].hex() for i in range(0, len(listed.receipts), 8)]
-    return sorted(receipts, key=lambda rc: listed.position_of(bytes.fromhex(rc)))
+    return [receipt.hex() for receipt, _ in sorted(listed.entries(), key=lambda entry: entry[1])]
 
 
 def test_before_the_start_a_join_enters_the_pre_queue(scheduled, api):

@@ -209,6 +209,15 @@ def fits_a_phone(page) -> None:
     assert width[0] <= width[1], f"{page.url} is {width[0]} px wide on a {width[1]} px screen: {wide}"
 
 
+def joins_undrawn(page, event, *, rank: int):
+    """A browser that comes after the start: in line at `rank`, with no drawn position."""
+    page.goto(f"/events/{event.event_id}/")
+    shows(page, "waiting")
+    assert rank_shown(page) == rank
+    assert page.locator("#drawn").is_hidden()
+    return page
+
+
 def test_a_join_after_the_start_is_behind_the_whole_pre_queue(make_event, new_page):
     event = make_event(opens_at=timezone.now() + timedelta(seconds=1))
     for _ in range(3):
@@ -216,11 +225,7 @@ def test_a_join_after_the_start_is_behind_the_whole_pre_queue(make_event, new_pa
     wait_for_start(event)
 
     # After the start, before the draw: already in line, behind the three, not drawn.
-    late = new_page()
-    late.goto(f"/events/{event.event_id}/")
-    shows(late, "waiting")
-    assert rank_shown(late) == 4
-    assert late.locator("#drawn").is_hidden()
+    late = joins_undrawn(new_page(), event, rank=4)
     first = polls(late)[-1]["data"]
     assert (first["status"], first["receipt"], first["drawPosition"]) == ("WAITING", None, None)
 
@@ -232,11 +237,7 @@ def test_a_join_after_the_start_is_behind_the_whole_pre_queue(make_event, new_pa
     assert late.locator("#drawn").is_hidden()
 
     # After the draw: behind the late one too.
-    later = new_page()
-    later.goto(f"/events/{event.event_id}/")
-    shows(later, "waiting")
-    assert rank_shown(later) == 5
-    assert later.locator("#drawn").is_hidden()
+    later = joins_undrawn(new_page(), event, rank=5)
     data = polls(later)[-1]["data"]
     assert (data["rank"], data["receipt"], data["drawPosition"]) == (5, None, None)
     assert Draw.objects.get(event=event).size == 3

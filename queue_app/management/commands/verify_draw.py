@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from queue_app import draw
-from queue_app.models import Draw
+from queue_app.models import Draw, commitment
 from ticketing import redis as r
 
 
@@ -31,20 +31,16 @@ class Command(BaseCommand):
             if opts["receipts"]:
                 with open(opts["receipts"], encoding="utf-8") as f:
                     pairs = [line.split() for line in f.read().splitlines()]
-                receipts = [bytes.fromhex(receipt) for receipt, _ in pairs]
-                listed = [int(position) for _, position in pairs]
+                entries = [(bytes.fromhex(receipt), int(position)) for receipt, position in pairs]
             else:
-                published = draw.drawn_list(found)
-                receipts = [published.receipts[i : i + 8] for i in range(0, len(published.receipts), 8)]
-                listed = [
-                    int.from_bytes(published.positions[i : i + 4], "big")
-                    for i in range(0, len(published.positions), 4)
-                ]
+                entries = list(draw.drawn_list(found).entries())
         except (OSError, ValueError) as exc:
             raise CommandError(f"cannot read the draw: {exc}") from None
 
+        receipts = [receipt for receipt, _ in entries]
+        listed = [position for _, position in entries]
         wrong = []
-        if draw.commitment(seed) != (opts["commitment"] or found.commitment).lower():
+        if commitment(seed) != (opts["commitment"] or found.commitment).lower():
             wrong.append("the seed does not hash to the commitment")
         if len(receipts) != found.size or len(set(receipts)) != len(receipts):
             wrong.append(
