@@ -40,6 +40,9 @@ def _test_settings(settings) -> None:
     settings.RATE_LIMIT_BOOKING = 0
     settings.RATE_LIMIT_BOOKING_TOKEN = 0
     settings.RATE_LIMIT_SIGN_IN = 0
+    # Each poll refreshes its process's copy of the line first, so that a test sees
+    # what it just did; queue_app/tests/test_line.py tests the copy's staleness.
+    settings.QUEUE_LINE_REFRESH_MS = 0
     # Pages render without `collectstatic` having run (production keeps the manifest).
     settings.STORAGES = {
         **settings.STORAGES,
@@ -88,6 +91,32 @@ def unknown_token(event_id: str) -> str:
     from queue_app import tokens
 
     return str(uuid.UUID(bytes=tokens.mint(event_id, tokens.MAX_NUMBER)))
+
+
+def line_token(event_id: str, number: int) -> "object":
+    """The token the join script issued for this arrival number in the event's
+    line as it is now (a Token of queue_app.services): tokens are (generation,
+    number), so a test can name a place without keeping every token."""
+    from queue_app import services, tokens
+    from ticketing import redis as r
+
+    k = r.event_keys(event_id)
+    gen = bytes.fromhex(r.client().hget(k.meta, "gen").decode())
+    nonce = r.client().getrange(k.nonces, number * 2 - 2, number * 2 - 1)
+    return services.Token.of(tokens.mint(event_id, number, gen, nonce))
+
+
+def end_windows(event_id: str) -> None:
+    """End the active window of everyone admitted so far, as time would: each entry
+    of the admission log (lua/lib/line.lua) gets an end in the past."""
+    from ticketing import redis as r
+
+    c, k = r.client(), r.event_keys(event_id)
+    ended = r.now_ms() - 1
+    for entry, score in c.zrange(k.windows, 0, -1, withscores=True):
+        to, first, _, admitted = entry.split(b":")
+        c.zrem(k.windows, entry)
+        c.zadd(k.windows, {b":".join([to, first, str(ended).encode(), admitted]): score})
 
 
 class Api:

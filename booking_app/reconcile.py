@@ -277,8 +277,8 @@ def restore_marks(event_id: str, batch: int = 1000) -> int:
             if mark is None or mark.decode() != str(rid):
                 restored += r.run(
                     "mark_restore",
-                    [k.booked(str(token)), k.returned, k.bucket(token.bytes)],
-                    [str(rid), token.bytes],
+                    [k.booked(str(token)), k.returned],
+                    [str(rid)],
                 )
     return restored
 

@@ -227,13 +227,16 @@ def release(k: r.EventKeys, entry_id: bytes | str, b: Booking, decision: Decisio
     return bool(
         r.run(
             "release",
-            [k.outbox, k.seats, k.booked(b.token), k.active],
+            [
+                *(k.outbox, k.seats, k.booked(b.token), k.windows, k.per_window, k.active, k.meta),
+                *(k.drawpos, k.booked_places),
+            ],
             [
                 entry_id,
                 str(b.reservation_id),
                 give,
                 b.token_raw,
-                b.window_end if existing is None else 0,
+                1 if existing is None and b.window_end else 0,
                 str(existing.reservation_id) if existing else "",
             ],
         )
@@ -254,6 +257,25 @@ class Booked:
     status: str = Reservation.Status.CONFIRMED
 
 
+def reserve_call(b: Booking) -> tuple[str, list[str], list]:
+    """The Redis step of a booking (lua/reserve.lua), for `r.run`."""
+    k = r.EventKeys(b.event_id)
+    keys = [
+        *(k.meta, k.windows, k.booked(b.token), k.seats, k.outbox, k.popped, k.left, k.per_window, k.active),
+        *(k.drawpos, k.booked_places, k.nonces),
+    ]
+    args = [
+        b.token_raw,
+        b.token,
+        b.seat_count,
+        str(b.reservation_id),
+        b.buyer_name,
+        b.buyer_email,
+        b.user_id or "",
+    ]
+    return "reserve", keys, args
+
+
 @metrics.observe_booking  # counts and logs each decision
 def booking_reserve(
     *,
@@ -267,11 +289,7 @@ def booking_reserve(
     issued(event_id, token)
     k = r.EventKeys(event_id)
     b = Booking(uuid.uuid4(), event_id, token.text, seat_count, buyer_name, buyer_email, user_id=user_id)
-    reply = r.run(
-        "reserve",
-        [k.meta, k.active, k.booked(token.text), k.seats, k.outbox],
-        [token.raw, token.text, seat_count, str(b.reservation_id), buyer_name, buyer_email, user_id or ""],
-    )
+    reply = r.run(*reserve_call(b))
     outcome = reply[0].decode()
     if outcome == "ALREADY_BOOKED":
         raise _already_booked(reply[1].decode())

@@ -8,14 +8,18 @@
 -- anyone has joined cannot be given a start (its order is under way), nor can a
 -- pre-queue that anyone has joined lose its start (they were promised a draw).
 --
--- KEYS[1] meta   HASH    status, totalSeats, openedAt, opensAt, draw and the settings below
+-- KEYS[1] meta   HASH    status, totalSeats, openedAt, gen, opensAt, draw and the settings below
 -- KEYS[2] seats  STRING  seats left
 -- KEYS[3] seq    STRING  arrival numbers issued
 -- ARGV[1] totalSeats
 -- ARGV[2] seats already sold (used only when seats left are not set yet)
 -- ARGV[3] openedAt (ms), kept if already set
 -- ARGV[4] the scheduled start (ms), or '' for none
--- ARGV[5..] field, value pairs for the meta hash
+-- ARGV[5] the line's generation, 4 random hex digits, kept if already set. Every token
+--         carries its line's (queue_app/tokens.py), so a line rebuilt from nothing
+--         (its keys wiped, or a Redis that lost them) never takes an older token
+--         for one of its own.
+-- ARGV[6..] field, value pairs for the meta hash
 --
 -- Returns {'OK', seatsLeft}, {'SEATS_BELOW_SOLD', seatsLeft}, {'LINE_STARTED',
 -- seatsLeft} or {'PRE_QUEUE_JOINED', seatsLeft} (nothing changed).
@@ -25,7 +29,8 @@ local total = tonumber(ARGV[1])
 local sold = tonumber(ARGV[2])
 if not total or not sold then error('totalSeats and sold must be numbers') end
 -- An odd list would fail the HSET below, after seats left were written.
-if #ARGV % 2 ~= 0 then error('the settings must be field, value pairs') end
+if #ARGV % 2 ~= 1 then error('the settings must be field, value pairs') end
+if not ARGV[5]:match('^%x%x%x%x$') then error('the generation must be 4 hex digits') end
 local opens = ARGV[4]
 if opens ~= '' and not tonumber(opens) then error('opensAt must be a number') end
 local old, draw, closed = unpack(redis.call('HMGET', KEYS[1], 'totalSeats', 'draw', 'drawSize'))
@@ -50,7 +55,8 @@ elseif old and tonumber(old) ~= total then
   redis.call('SET', KEYS[2], left)
 end
 redis.call('HSETNX', KEYS[1], 'openedAt', ARGV[3])
-redis.call('HSET', KEYS[1], 'totalSeats', total, unpack(ARGV, 5))
+redis.call('HSETNX', KEYS[1], 'gen', ARGV[5])
+redis.call('HSET', KEYS[1], 'totalSeats', total, unpack(ARGV, 6))
 if not fixed then
   if opens == '' then
     redis.call('HDEL', KEYS[1], 'opensAt', 'draw')

@@ -1,39 +1,46 @@
--- Take a waiting token out of the line. Its entry in `line` stays behind as a
--- hole; admission skips it (its place is in `left`).
--- A token's place is the arrival number it carries, or for a number of a drawn
--- pre-queue (meta draw = DONE, numbers 1..drawSize) its drawn position. Before the
--- draw is done, a pre-queue leaver's number goes into `left`; the draw turns it
--- into the position (lua/draw_done.lua).
+-- Take a waiting person out of the line: their place becomes a hole, a bit of
+-- `left`, which ranks and admission skip. Also appended to `leftlog`, 5 bytes a
+-- leaver, which the web processes' caches read on (queue_app/line.py).
+-- Before a scheduled start's draw (meta draw = PENDING), a pre-queue leaver is
+-- marked by number in `leftpre` (logged with the top bit of the 5 bytes set); the
+-- draw moves them to their drawn position (lua/draw_done.lua).
 --
--- KEYS[1] meta    HASH    event status, draw, drawSize
--- KEYS[2] bucket  HASH    token index: token -> its owner (lua/join.lua); in it
---                         means issued and not left
--- KEYS[3] left    ZSET    places of people who left (score = place)
--- KEYS[4] popped  STRING  places already taken off the head of the line
--- KEYS[5] drawpos STRING  drawn positions of the pre-queue's numbers, 4 bytes each
+-- KEYS[1] meta    HASH    status, gen, draw, drawSize
+-- KEYS[2] left    STRING  bitmap of the places whose person left
+-- KEYS[3] leftpre STRING  bitmap of the pre-queue numbers left before the draw
+-- KEYS[4] leftlog STRING  5 bytes per leaver, big-endian, in the order they left
+-- KEYS[5] holes   STRING  how many places after `popped` were left
+-- KEYS[6] popped  STRING  places already taken off the head of the line
+-- KEYS[7] drawpos STRING  drawn positions of the pre-queue's numbers, 4 bytes each
+-- KEYS[8] nonces  STRING  the random bytes of each number's token, 2 bytes a number
 -- ARGV[1] token, 16 raw bytes
 --
 -- Returns 1 when removed, 0 when the token was not waiting, -1 for an unknown event.
--- Validates every key and value before its first write (Redis keeps the writes done
--- before an error): a bad key fails the script with nothing changed.
-if redis.call('HLEN', KEYS[1]) == 0 then return -1 end  -- HLEN: meta must be a hash
-if not redis.call('HGET', KEYS[2], ARGV[1]) then return 0 end
--- ZADD refuses a `left` that is not a zset: after HDEL, the token would be out of
--- its bucket and its hole never counted.
-redis.call('ZCARD', KEYS[3])
-local popped = tonumber(redis.call('GET', KEYS[4]) or 0)
-if not popped then error(KEYS[4] .. ' is not a number') end
--- The arrival number the token carries (bytes 10-14; queue_app/tokens.py).
-local b1, b2, b3, b4, b5 = ARGV[1]:byte(10, 14)
-local place = (((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5
-local meta = redis.call('HMGET', KEYS[1], 'draw', 'drawSize')
-if meta[1] == 'DONE' and place <= tonumber(meta[2]) then
-  local p1, p2, p3, p4 = redis.call('GETRANGE', KEYS[5], place * 4 - 4, place * 4 - 1):byte(1, 4)
-  if not p4 then error(KEYS[5] .. ' holds no position for ' .. place) end
-  place = ((p1 * 256 + p2) * 256 + p3) * 256 + p4
-end
-if place <= popped then return 0 end  -- admitted already: not waiting
+-- Validates every key and value before its first write.
+-- needs: line
+local meta = redis.call('HMGET', KEYS[1], 'status', 'gen', 'draw', 'drawSize')
+if not meta[1] then return -1 end
+local popped = counter(KEYS[6])
+counter(KEYS[5])
+redis.call('STRLEN', KEYS[4])
+local n = number_of(ARGV[1])
+if not issued(KEYS[8], generation(meta[2]), ARGV[1], n) then return 0 end  -- not a place of this line
+local size = tonumber(meta[4] or '')
+local prequeue = (meta[3] == 'PENDING' or meta[3] == 'DONE') and (not size or n <= size)
 
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('ZADD', KEYS[3], place, tostring(place))
+local logged
+if meta[3] == 'PENDING' and prequeue then
+  if redis.call('SETBIT', KEYS[3], n, 1) == 1 then return 0 end  -- left before
+  logged = n + 549755813888  -- 2^39: a number, not a place
+else
+  local place = n
+  if meta[3] == 'DONE' and prequeue then place = drawn_place(KEYS[7], n) end
+  if place <= popped then return 0 end  -- admitted already: not waiting
+  if redis.call('SETBIT', KEYS[2], place, 1) == 1 then return 0 end  -- left before
+  logged = place
+end
+redis.call('INCR', KEYS[5])
+redis.call('APPEND', KEYS[4], string.char(math.floor(logged / 4294967296) % 256,
+  math.floor(logged / 16777216) % 256, math.floor(logged / 65536) % 256, math.floor(logged / 256) % 256,
+  logged % 256))
 return 1

@@ -6,14 +6,10 @@
 --
 -- KEYS[1] booked    STRING  the token's booking mark
 -- KEYS[2] returned  HASH    reservation id -> seats, for every cancellation returned
--- KEYS[3] bucket    HASH    token -> arrival number (waiting) or 0 (admitted)
 -- ARGV[1] reservation id
--- ARGV[2] token, 16 raw bytes
 --
 -- Returns 1 when restored, 0 when it was cancelled meanwhile.
 if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 0 end
 redis.call('GET', KEYS[1])
-redis.call('HLEN', KEYS[3])
 redis.call('SET', KEYS[1], ARGV[1])
-redis.call('HSETNX', KEYS[3], ARGV[2], 0)
 return 1

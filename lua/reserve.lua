@@ -2,19 +2,29 @@
 -- two requests can never both take the last seat.
 -- Checks, in this order: event OPEN; token not booked before; token ACTIVE and
 -- its window not passed; 1 <= seats <= the event's most per booking; enough seats.
+-- A token is active when its place was admitted by a tick whose window has not
+-- passed (the admission log, lua/lib/line.lua), its person did not leave, and it
+-- has not booked.
 -- On success: seats go down, the booking mark is set (for the life of the event),
--- the token leaves the active set, and the booking, with every field its row needs
+-- the token no longer counts as active, and the booking, with every field its row needs
 -- and the window it used (given back if Postgres refuses it), is appended to the
 -- outbox stream: Postgres gets it even if the app process dies before its own write
 -- (reconcile decides it then).
 -- Validates every key before its first write: a key of the wrong type is an error
 -- that changes nothing.
 --
--- KEYS[1] meta    HASH    status, maxPerBooking
--- KEYS[2] active  ZSET    token -> end of its active window (ms)
+-- KEYS[1] meta    HASH    status, gen, maxPerBooking, requireAccount, draw, drawSize
+-- KEYS[2] windows ZSET    the admission log
 -- KEYS[3] booked  STRING  reservation id, once this token has booked
 -- KEYS[4] seats   STRING  seats left
 -- KEYS[5] outbox  STREAM  bookings not yet decided in Postgres
+-- KEYS[6] popped  STRING  places already taken off the head of the line
+-- KEYS[7] left    STRING  bitmap of the places whose person left
+-- KEYS[8] perwindow HASH  `to` of a window -> bookings made in it
+-- KEYS[9] active  STRING  people in a window not yet passed who have not booked
+-- KEYS[10] drawpos STRING drawn positions of the pre-queue's numbers, 4 bytes each
+-- KEYS[11] bookedplaces STRING bitmap of the places whose token booked
+-- KEYS[12] nonces  STRING the random bytes of each number's token, 2 bytes a number
 -- ARGV[1] token, 16 raw bytes
 -- ARGV[2] token, canonical text (for the outbox)
 -- ARGV[3] seats wanted
@@ -27,7 +37,9 @@
 -- refusal is EVENT_NOT_FOUND, EVENT_CLOSED, ALREADY_BOOKED (detail = reservation
 -- id), ACCOUNT_REQUIRED, NOT_ACTIVE, VALIDATION_ERROR (detail = most per booking), SOLD_OUT or
 -- INSUFFICIENT_SEATS (detail = seats left).
-local meta = redis.call('HMGET', KEYS[1], 'status', 'maxPerBooking', 'requireAccount')
+-- needs: line
+local meta = redis.call('HMGET', KEYS[1], 'status', 'maxPerBooking', 'requireAccount', 'gen', 'draw',
+  'drawSize')
 if not meta[1] then return {'EVENT_NOT_FOUND'} end
 if meta[1] ~= 'OPEN' then return {'EVENT_CLOSED'} end
 local account = ARGV[7] or ''
@@ -36,10 +48,15 @@ if meta[3] == '1' and account == '' then return {'ACCOUNT_REQUIRED'} end
 local booked = redis.call('GET', KEYS[3])
 if booked then return {'ALREADY_BOOKED', booked} end
 
-local t = redis.call('TIME')
-local now = t[1] * 1000 + math.floor(t[2] / 1000)
-local window_end = redis.call('ZSCORE', KEYS[2], ARGV[1])
-if not window_end or tonumber(window_end) <= now then return {'NOT_ACTIVE'} end
+local n = number_of(ARGV[1])
+if not issued(KEYS[12], generation(meta[4]), ARGV[1], n) then return {'NOT_ACTIVE'} end  -- not this line's
+local place = n
+if meta[5] == 'DONE' and n <= tonumber(meta[6]) then place = drawn_place(KEYS[10], n) end
+if meta[5] == 'PENDING' or place > counter(KEYS[6]) or is_set(KEYS[7], place) or is_set(KEYS[11], place) then
+  return {'NOT_ACTIVE'}
+end
+local window_end, window = window_of(KEYS[2], place)
+if not window_end or window_end <= now_ms() then return {'NOT_ACTIVE'} end
 
 local wanted = tonumber(ARGV[3])
 local most = tonumber(meta[2] or 4)
@@ -50,10 +67,14 @@ if not left then return redis.error_reply('seats left is not a number') end
 if left <= 0 then return {'SOLD_OUT', 0} end
 if left < wanted then return {'INSUFFICIENT_SEATS', left} end
 redis.call('XLEN', KEYS[5])  -- a wrong type fails here, before any write
+redis.call('HLEN', KEYS[8])
+counter(KEYS[9])
 
 left = redis.call('DECRBY', KEYS[4], wanted)
 redis.call('SET', KEYS[3], ARGV[4])
-redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('SETBIT', KEYS[11], place, 1)
+redis.call('HINCRBY', KEYS[8], window, 1)
+redis.call('DECR', KEYS[9])
 local entry = redis.call('XADD', KEYS[5], '*', 'reservationId', ARGV[4], 'token', ARGV[2],
   'seats', wanted, 'buyerName', ARGV[5], 'buyerEmail', ARGV[6], 'windowEnd', window_end, 'userId', account)
 return {'OK', left, entry, window_end}

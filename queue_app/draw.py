@@ -31,10 +31,10 @@ run. Until the start, the run reads the pre-queue's tokens as it grows (they are
 kept by arrival number in a string of their own, lua/join.lua) and computes their
 receipts, so that at the start only the last arrivals are left to read. Then it
 closes the pre-queue (lua/draw_close.lua), draws, publishes the draw in the
-database, writes two tables to keys of its own (each number's position, each
-position's number: 4 bytes a place), and lua/draw_done.lua puts them in place at
-once. Nothing is copied: admission reads the pre-queue's places through the tables
-(lua/admit.lua). A run that dies is run again by the next tick once its claim
+database, writes each number's position (4 bytes a place) to a key of its own, and
+lua/draw_done.lua puts it in place at once. Admission needs nothing more: it moves
+along places (lua/admit.lua), and a pre-queue token's place is its number's drawn
+position. A run that dies is run again by the next tick once its claim
 expires; every run computes the same order.
 """
 
@@ -176,18 +176,16 @@ def run(event_id: str) -> Outcome:
     stage("read")
     drawn = shuffled(bytes(draw.seed), listed)
     table = _positions(drawn)
-    numbers = array("I", [index + 1 for index in drawn])
     if sys.byteorder == "little":  # big-endian, as the scripts (and the published positions) read them
         table.byteswap()
-        numbers.byteswap()
     stage("order")
 
-    # The run's tables are written to Redis (in a thread: mostly waiting on the
+    # The run's positions are written to Redis (in a thread: mostly waiting on the
     # socket) while the draw is published in the database. Both are done before the
     # switch: once a poll shows a drawn position, the list that proves it is there.
-    run_positions, run_numbers = k.draw_run(os.urandom(4).hex())
+    run_positions = k.draw_run(os.urandom(4).hex())
     with ThreadPoolExecutor(1) as pool:
-        written = pool.submit(_write, run_positions, run_numbers, table.tobytes(), numbers.tobytes())
+        written = pool.submit(_write, run_positions, table.tobytes())
         Draw.objects.filter(pk=draw.pk, drawn_at__isnull=True).update(
             size=size, receipts=b"".join(listed), positions=table.tobytes(), drawn_at=timezone.now()
         )
@@ -195,7 +193,7 @@ def run(event_id: str) -> Outcome:
     stage("publish and write")
     outcome = r.run(
         "draw_done",
-        [k.meta, run_positions, run_numbers, k.drawpos, k.drawnum, k.left, k.popped],
+        [k.meta, run_positions, k.drawpos, k.left, k.leftpre, k.leftlog, k.popped, k.pre],
         [size],
     )
     stage("switch")
@@ -209,13 +207,11 @@ def _renew(k: r.EventKeys) -> None:
     r.client().pexpire(k.draw_claim, CLAIM_MS)
 
 
-def _write(run_positions: str, run_numbers: str, positions: bytes, numbers: bytes) -> None:
-    """The run's tables, expiring unless put in place (a run that dies leaves
+def _write(run_positions: str, positions: bytes) -> None:
+    """The run's positions, expiring unless put in place (a run that dies leaves
     nothing behind for long)."""
     if positions:
-        pipe = r.client().pipeline(transaction=False)
-        pipe.set(run_positions, positions, px=CLAIM_MS * 10).set(run_numbers, numbers, px=CLAIM_MS * 10)
-        pipe.execute()
+        r.client().set(run_positions, positions, px=CLAIM_MS * 10)
 
 
 # --- What is published ---------------------------------------------------------

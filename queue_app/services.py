@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from queue_app import draw, live, tokens
+from queue_app import draw, line, live, tokens
 from queue_app import proof as queue_proof
 from queue_app.models import EVENT_ID_RE, Draw, Event
 from ticketing import metrics
@@ -118,28 +118,24 @@ def _join_script_call(
     event_id: str, token: Token | None, solved: queue_proof.Proof | None, client: Client
 ) -> Call:
     k = r.event_keys(event_id)
-    nonce = tokens.new_nonce()
     if token is None:
-        # No token to look up: its two keys are not read (meta stands in).
-        old, booked, old_bucket = b"", k.meta, k.meta
+        old, booked = b"", k.meta  # no token to look up: its mark is not read (meta stands in)
     else:
         issued(event_id, token)
-        old, booked, old_bucket = token.raw, k.booked(token.text), k.bucket(token.raw)
+        old, booked = token.raw, k.booked(token.text)
     mark, proofs, proofs_until = "", k.meta, 0
     if solved is not None:
         mark, proofs = str(solved.member), k.proofs(solved.mark, solved.expires_at)
         proofs_until = (solved.expires_at // 60 + 1) * 60_000 + 1_000
     account = client.account.encode()
-    by_account, account_bucket = k.owned(b"u" + account) if account else (b"", k.meta)
-    by_address, address_bucket = k.owned(b"a" + client.address) if client.address else (b"", k.meta)
+    account_bucket = k.owned(b"u" + account) if account else k.meta
+    address_bucket = k.owned(b"a" + client.address) if client.address else k.meta
     keys = [
-        k.meta, k.seq, k.line, k.bucket(nonce), k.active, booked, k.popped, old_bucket,
-        account_bucket, address_bucket, proofs, k.drawpos, k.pre,
+        k.meta, k.seq, k.left, k.leftpre, k.windows, booked, k.popped, account_bucket, address_bucket, proofs,
+        k.drawpos, k.pre, k.booked_places, k.nonces,
     ]  # fmt: skip
     ipad, opad = tokens.keys()[0].pads
-    args = [
-        old, nonce, event_id, ipad, opad, account, client.address, mark, proofs_until, by_account, by_address
-    ]  # fmt: skip
+    args = [old, event_id, ipad, opad, account, client.address, mark, proofs_until, tokens.new_nonce()]
     return "join", keys, args
 
 
@@ -240,7 +236,8 @@ class Left:
 def _leave_call(event_id: str, token: Token) -> Call:
     issued(event_id, token)
     k = r.event_keys(event_id)
-    return "leave", [k.meta, k.bucket(token.raw), k.left, k.popped, k.drawpos], [token.raw]
+    keys = [k.meta, k.left, k.leftpre, k.leftlog, k.holes, k.popped, k.drawpos, k.nonces]
+    return "leave", keys, [token.raw]
 
 
 def _left(event_id: str, removed: int) -> Left:
@@ -249,12 +246,19 @@ def _left(event_id: str, removed: int) -> Left:
     return Left(removed == 1)
 
 
+def _left_noted(event_id: str, token: Token, removed: int) -> Left:
+    left = _left(event_id, removed)
+    if left.removed:
+        line.noted_left(event_id, issued(event_id, token))
+    return left
+
+
 def queue_leave(*, event_id: str, token: Token) -> Left:
-    return _left(event_id, r.run(*_leave_call(event_id, token)))
+    return _left_noted(event_id, token, r.run(*_leave_call(event_id, token)))
 
 
 async def aqueue_leave(*, event_id: str, token: Token) -> Left:
-    return _left(event_id, await r.arun(*_leave_call(event_id, token)))
+    return _left_noted(event_id, token, await r.arun(*_leave_call(event_id, token)))
 
 
 # The seed's adaptive polling: the further back, the less often.
@@ -314,8 +318,8 @@ def _poll_call(event_id: str, token: Token) -> Call:
     issued(event_id, token)
     k = r.event_keys(event_id)
     keys = [
-        k.meta, k.seq, k.popped, k.left, k.bucket(token.raw), k.active, k.booked(token.text), k.seats,
-        k.drawpos,
+        k.meta, k.seq, k.popped, k.left, k.holes, k.leftpre, k.windows, k.booked(token.text), k.seats,
+        k.drawpos, k.booked_places, k.nonces,
     ]  # fmt: skip
     return "poll", keys, [token.raw]
 
@@ -354,11 +358,21 @@ def _position(event_id: str, token: Token, reply: list) -> Position:
 
 
 def queue_poll(*, event_id: str, token: Token) -> Position:
-    return _position(event_id, token, r.run(*_poll_call(event_id, token)))
+    """A waiting person is answered from the process's copy of the line
+    (queue_app/line.py); everyone else, and anyone it cannot place, by Redis."""
+    number = issued(event_id, token)
+    reply = line.current(event_id).answer(token.raw, number)
+    if reply is None:
+        reply = r.run(*_poll_call(event_id, token))
+    return _position(event_id, token, reply)
 
 
 async def aqueue_poll(*, event_id: str, token: Token) -> Position:
-    return _position(event_id, token, await r.arun(*_poll_call(event_id, token)))
+    number = issued(event_id, token)
+    reply = (await line.acurrent(event_id)).answer(token.raw, number)
+    if reply is None:
+        reply = await r.arun(*_poll_call(event_id, token))
+    return _position(event_id, token, reply)
 
 
 # --- Admission -----------------------------------------------------------------
@@ -375,71 +389,29 @@ class Tick:
 
 def _admit_args(event_id: str) -> tuple[list[str], list[str]]:
     k = r.EventKeys(event_id)
-    keys = [k.meta, k.seq, k.popped, k.line, k.left, k.active, k.seats, k.tick, k.admit_log, k.pre, k.drawnum]
+    keys = [
+        k.meta, k.seq, k.popped, k.left, k.holes, k.windows, k.per_window, k.active, k.seats, k.tick,
+        k.admit_log,
+    ]  # fmt: skip
     return keys, [draw.LEAD_MS]
 
 
 def event_admit(event_id: str) -> Tick:
-    """One admission tick for one event (at most once per second, see lua/admit.lua),
-    after the holes at the head of its line are compacted away."""
-    while event_compact(event_id) == COMPACT_CHUNK:
-        pass
+    """One admission tick for one event (at most once per second, see lua/admit.lua)."""
     outcome, *numbers = r.run("admit", *_admit_args(event_id))
     return Tick(event_id, outcome.decode(), *numbers)
 
 
-# Holes passed per compaction call (~2 ms inside Redis), and the time the compaction
-# before one tick may take in all.
-COMPACT_CHUNK = 5_000
-COMPACT_SECONDS = 0.3
-
-
-def _compact_call(event_id: str) -> Call:
-    k = r.event_keys(event_id)
-    return "compact", [k.popped, k.line, k.left, k.meta], [COMPACT_CHUNK]
-
-
-def event_compact(event_id: str) -> int:
-    """One compaction call (lua/compact.lua): the holes passed, at most COMPACT_CHUNK."""
-    return r.run(*_compact_call(event_id))
-
-
-def events_compact(event_ids: list[str]) -> dict[str, int]:
-    """Take the runs of holes off the heads of these events' lines (lua/compact.lua),
-    a pipelined round trip per chunk, until none is left or the time is spent.
-    Returns the holes passed per event."""
-    r.load("compact")
-    passed = dict.fromkeys(event_ids, 0)
-    pending, deadline = list(event_ids), time.monotonic() + COMPACT_SECONDS
-    while pending and time.monotonic() < deadline:
-        pipe = r.client().pipeline(transaction=False)
-        for event_id in pending:
-            r.run(*_compact_call(event_id), on=pipe)
-        replies = pipe.execute(raise_on_error=False)
-        more = []
-        for event_id, reply in zip(pending, replies, strict=True):
-            if isinstance(reply, Exception):
-                log.error("compaction failed for %s: %s", event_id, reply)
-                continue
-            passed[event_id] += reply
-            if reply == COMPACT_CHUNK:
-                more.append(event_id)
-        pending = more
-    return passed
-
-
 @metrics.observe_tick
 def events_admit() -> list[Tick]:
-    """The tick for every known event: first the holes at the heads of the lines
-    are compacted away (`events_compact`), then every event's admission script
-    runs, in one pipelined round trip.
+    """The tick for every known event: every event's admission script runs, in
+    one pipelined round trip.
 
     Each event's script decides for itself: only OPEN events with seats admit.
     """
     event_ids = sorted(e.decode() for e in r.client().smembers(r.EVENTS_KEY))
     if not event_ids:
         return []
-    events_compact(event_ids)
     r.load("admit")
     pipe = r.client().pipeline(transaction=False)
     for event_id in event_ids:
@@ -526,7 +498,7 @@ def event_publish(event: Event, *, sold: int = 0) -> int:
     outcome, left = r.run(
         "event_sync",
         [k.meta, k.seats, k.seq],
-        [event.total_seats, sold, int(time.time() * 1000), opens_at, *pairs],
+        [event.total_seats, sold, int(time.time() * 1000), opens_at, tokens.new_generation(), *pairs],
     )
     if outcome == b"SEATS_BELOW_SOLD":
         raise SeatsBelowSold(f"{event.event_id}: {event.total_seats} seats is fewer than already sold.")
@@ -565,14 +537,14 @@ def event_live_numbers(event_id: str) -> dict:
     k = r.EventKeys(event_id)
     now = r.now_ms()
     pipe = r.client().pipeline(transaction=False)
-    pipe.get(k.seq).get(k.popped).zcard(k.left)
-    pipe.zcount(k.active, now, "+inf").get(k.seats).hget(k.meta, "status").lrange(k.admit_log, 0, 60)
+    pipe.get(k.seq).get(k.popped).get(k.holes)
+    pipe.get(k.active).get(k.seats).hget(k.meta, "status").lrange(k.admit_log, 0, 60)
     pipe.hgetall(k.refused)
-    seq, popped, left, active, seats, status, ticks, refused = pipe.execute()
+    seq, popped, holes, active, seats, status, ticks, refused = pipe.execute()
     recent = (tick.split(b":") for tick in ticks)
     return {
-        "waiting": int(seq or 0) - int(popped or 0) - left,
-        "active": active,
+        "waiting": int(seq or 0) - int(popped or 0) - int(holes or 0),
+        "active": int(active or 0),
         "seatsLeft": int(seats) if seats is not None else None,
         "status": status.decode() if status else None,
         "admittedLastMinute": sum(int(n) for second, n in recent if int(second) * 1000 > now - 60_000),

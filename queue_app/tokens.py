@@ -3,23 +3,26 @@
 A token is a UUID (version 8, RFC 9562), so clients that check for a UUID keep
 working. Its 122 free bits hold:
 
-    bytes 0-3    nonce: random, chosen by the app; bytes 0-1 also pick the token's
-                 index bucket (ticketing/redis.py: EventKeys.bucket), and are its
-                 owner's on an event that counts places per account or address
-                 (EventKeys.owned)
+    bytes 0-1    the generation of the event's line (meta gen, in hex): 2 random bytes
+                 chosen when the line is first written to Redis, new whenever it
+                 is rebuilt from nothing
+    bytes 2-3    random, chosen at the join; the line keeps them by number (its
+                 one record per person, lua/lib/line.lua)
     bytes 9-13   the arrival number, big-endian (40 bits)
-    the rest     50 bits of HMAC-SHA1(key, eventId 0x00 nonce number): bytes 4, 5, 7,
-                 14, 15 whole, the low 4 bits of byte 6 (its high nibble is the
-                 version, 8) and the low 6 bits of byte 8 (its top two bits are the
-                 variant, 0b10)
+    the rest     50 bits of HMAC-SHA1(key, eventId 0x00 bytes 0-3 number): bytes
+                 4, 5, 7, 14, 15 whole, the low 4 bits of byte 6 (its high nibble
+                 is the version, 8) and the low 6 bits of byte 8 (its top two bits
+                 are the variant, 0b10)
 
 The number is issued inside the join script (one INCR for every app server), so the
 script signs the token (lua/join.lua): Redis' Lua has SHA-1, and the app hands it
 the key's HMAC pads. Every other use verifies here, without Redis: a token that was
 not signed with the current key, or with the previous one during its grace period,
-is refused before it reaches Redis. The random nonce keeps tokens of one number
-apart after an event is reset. Forging one means guessing 50 bits, at the join rate
-limit.
+is refused before it reaches Redis. The token is the place: the line keeps only
+the two random bytes per number, so a token of a line that was wiped and rebuilt
+(another generation), or one whose number was issued again after Redis came back
+from an older snapshot (other random bytes), is never taken for a place of the line.
+Forging one means guessing 50 bits, at the join rate limit.
 
 Keys: QUEUE_TOKEN_KEY (default: derived from SECRET_KEY) signs and verifies;
 QUEUE_TOKEN_KEY_PREVIOUS still verifies until QUEUE_TOKEN_KEY_PREVIOUS_UNTIL, so a
@@ -38,7 +41,6 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.crypto import salted_hmac
 
-NONCE_BYTES = 4
 _NUMBER = slice(9, 14)
 MAX_NUMBER = 2**40 - 1
 
@@ -83,25 +85,36 @@ def _forget_keys(*, setting: str, **kwargs: object) -> None:
         keys.cache_clear()
 
 
+GENERATION_BYTES = 2
+NONCE_BYTES = 2  # the random part
+
+
+def new_generation() -> str:
+    """A line's generation, as meta keeps it: 4 hex digits (lua/event_sync.lua keeps
+    the first one written)."""
+    return os.urandom(GENERATION_BYTES).hex()
+
+
 def new_nonce() -> bytes:
     return os.urandom(NONCE_BYTES)
 
 
-def _mac(secret: bytes, event_id: str, nonce: bytes, number: bytes) -> bytes:
-    return hmac.new(secret, event_id.encode() + b"\0" + nonce + number, hashlib.sha1).digest()
+def _mac(secret: bytes, event_id: str, head: bytes, number: bytes) -> bytes:
+    return hmac.new(secret, event_id.encode() + b"\0" + head + number, hashlib.sha1).digest()
 
 
-def _assemble(nonce: bytes, number: bytes, mac: bytes) -> bytes:
+def _assemble(head: bytes, number: bytes, mac: bytes) -> bytes:
     return (
-        nonce + mac[0:2] + bytes([0x80 | (mac[2] & 0x0F), mac[3], 0x80 | (mac[4] & 0x3F)]) + number + mac[5:7]
+        head + mac[0:2] + bytes([0x80 | (mac[2] & 0x0F), mac[3], 0x80 | (mac[4] & 0x3F)]) + number + mac[5:7]
     )
 
 
-def mint(event_id: str, number: int, nonce: bytes | None = None) -> bytes:
-    """The token the join script would issue for this number (tests, drills)."""
-    nonce = new_nonce() if nonce is None else nonce
+def mint(event_id: str, number: int, gen: bytes | None = None, nonce: bytes | None = None) -> bytes:
+    """The token the join script would issue for this number, generation and random
+    bytes (tests, drills); random ones where none are given."""
+    head = (os.urandom(GENERATION_BYTES) if gen is None else gen) + (new_nonce() if nonce is None else nonce)
     encoded = number.to_bytes(5, "big")
-    return _assemble(nonce, encoded, _mac(keys()[0].secret, event_id, nonce, encoded))
+    return _assemble(head, encoded, _mac(keys()[0].secret, event_id, head, encoded))
 
 
 def verify(event_id: str, raw: bytes) -> int | None:
@@ -109,13 +122,13 @@ def verify(event_id: str, raw: bytes) -> int | None:
     it for this event (or its key's grace period is over)."""
     if len(raw) != 16 or raw[6] >> 4 != 8 or raw[8] >> 6 != 2:
         return None
-    nonce, number = raw[:NONCE_BYTES], raw[_NUMBER]
+    head, number = raw[:4], raw[_NUMBER]
     now = None
     for key in keys():
         if key.until is not None:
             now = time.time() if now is None else now
             if now > key.until:
                 continue
-        if hmac.compare_digest(_assemble(nonce, number, _mac(key.secret, event_id, nonce, number)), raw):
+        if hmac.compare_digest(_assemble(head, number, _mac(key.secret, event_id, head, number)), raw):
             return int.from_bytes(number, "big")
     return None

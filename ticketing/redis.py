@@ -26,10 +26,9 @@ LUA_DIR = Path(settings.BASE_DIR) / "lua"
 # Every known event id, so the admission tick can find them without the database.
 EVENTS_KEY = "ticket:events"
 
-# The token index is split into this many small hashes. Small hashes stay in Redis'
-# compact listpack encoding (up to 128 entries): ~25 bytes per person instead of ~90
-# for one big hash. 65,536 buckets keep 2,000,000 people at ~30 per bucket.
-TOKEN_BUCKET_BYTES = 2
+# The tokens of an event that counts places per owner are kept in this many small
+# hashes (by owner), which stay in Redis' compact listpack encoding.
+OWNER_BUCKET_BYTES = 2
 
 
 _client: redis.Redis | None = None
@@ -172,10 +171,16 @@ class EventKeys:
         "event_id",
         "meta",
         "seq",
+        "nonces",
         "popped",
-        "line",
         "left",
+        "leftpre",
+        "leftlog",
+        "holes",
+        "windows",
+        "per_window",
         "active",
+        "booked_places",
         "seats",
         "outbox",
         "returned",
@@ -190,7 +195,6 @@ class EventKeys:
         "proofs_prefix",
         "pre",
         "drawpos",
-        "drawnum",
         "draw_claim",
     )
 
@@ -199,13 +203,27 @@ class EventKeys:
         self.meta = key(event_id, "meta")
         # Arrival order: one counter for all app servers, so no server's clock decides.
         self.seq = key(event_id, "queue", "seq")
-        # How many arrival numbers have left the head of the line.
+        # The random bytes of each number's token, 2 bytes a number: what tells a
+        # token of this line from one of a number issued twice (lua/lib/line.lua).
+        self.nonces = key(event_id, "queue", "nonces")
+        # The line is counters (lua/lib/line.lua): places up to `popped` have been
+        # taken off its head; a place is the arrival number a token carries.
         self.popped = key(event_id, "queue", "popped")
-        # The waiting line itself: tokens (16 raw bytes) in arrival order.
-        self.line = key(event_id, "queue", "line")
-        # Arrival numbers of people who left while still in line (holes in `line`).
+        # People who left while waiting: a bitmap by place; by pre-queue number
+        # before a scheduled start's draw; 5 bytes each in the order they left (what
+        # the web processes' caches read on); and how many are still ahead of the head.
         self.left = key(event_id, "queue", "left")
-        self.active = key(event_id, "active", "users")
+        self.leftpre = key(event_id, "queue", "leftpre")
+        self.leftlog = key(event_id, "queue", "leftlog")
+        self.holes = key(event_id, "queue", "holes")
+        # The admission log: which places each tick admitted and when their window
+        # ends; bookings made per window; and how many people are active now.
+        self.windows = key(event_id, "admit", "windows")
+        self.per_window = key(event_id, "admit", "booked")
+        self.active = key(event_id, "active", "count")
+        # The places whose token booked, a bitmap: no longer active, even once a
+        # cancellation took the booking back.
+        self.booked_places = key(event_id, "booking", "places")
         self.seats = key(event_id, "seats", "remaining")
         # Bookings between their Redis step and their decision in Postgres.
         self.outbox = key(event_id, "booking", "outbox")
@@ -225,39 +243,29 @@ class EventKeys:
         # The event's counters for /metrics (ticketing/metrics.py).
         self.metrics = key(event_id, "metrics")
         # A scheduled start's pre-queue (lua/join.lua): its tokens, 16 bytes each, by
-        # arrival number. Its draw (queue_app/draw.py): the drawn position of each
-        # pre-queue number and the number at each position, 4 bytes big-endian each
-        # at (number - 1) * 4 and (position - 1) * 4; and the claim of the one draw
-        # run under way.
+        # arrival number, read by its draw (queue_app/draw.py); the drawn position of
+        # each pre-queue number, 4 bytes big-endian at (number - 1) * 4; and the
+        # claim of the one draw run under way.
         self.pre = key(event_id, "queue", "pre")
         self.drawpos = key(event_id, "queue", "drawpos")
-        self.drawnum = key(event_id, "queue", "drawnum")
         self.draw_claim = key(event_id, "queue", "draw", "claim")
         self.bucket_prefix = key(event_id, "tokens", "")
         self.proofs_prefix = key(event_id, "proofs", "")
 
-    def bucket(self, token: bytes) -> str:
-        """The token-index hash that holds this token's state."""
-        return self.bucket_prefix + token[:TOKEN_BUCKET_BYTES].hex()
-
-    def owned(self, owner: bytes) -> tuple[bytes, str]:
-        """The token-index hash of an owner's tokens (an account's, or a client
-        address's), and the two bytes that name it, which begin those tokens' nonces
-        (lua/join.lua): an owner's places are found in one small hash."""
-        prefix = (zlib.crc32(owner) & 0xFFFF).to_bytes(TOKEN_BUCKET_BYTES, "big")
-        return prefix, self.bucket(prefix)
+    def owned(self, owner: bytes) -> str:
+        """The hash of an owner's tokens (an account's, or a client address's), on
+        an event that counts places per owner (lua/join.lua): small hashes, in
+        Redis' compact encoding, whichever an owner's id picks."""
+        return self.bucket_prefix + (zlib.crc32(owner) & 0xFFFF).to_bytes(OWNER_BUCKET_BYTES, "big").hex()
 
     def proofs(self, mark: bytes, expires_at: int) -> str:
         """The set of the proof-of-work solutions used, of challenges expiring in the
         same minute as this one (the set expires with them)."""
         return f"{self.proofs_prefix}{expires_at // 60}:{mark[:2].hex()}"
 
-    def draw_run(self, run: str) -> tuple[str, str]:
-        """One draw run's own positions and numbers, renamed into place by
-        lua/draw_done.lua."""
-        return key(self.event_id, "queue", "draw", run, "pos"), key(
-            self.event_id, "queue", "draw", run, "num"
-        )
+    def draw_run(self, run: str) -> str:
+        """One draw run's own positions, renamed into place by lua/draw_done.lua."""
+        return key(self.event_id, "queue", "draw", run, "pos")
 
     def booked(self, token: str) -> str:
         return key(self.event_id, "booking", "done", token)
@@ -273,7 +281,7 @@ class Script:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.source = (LUA_DIR / f"{name}.lua").read_bytes()
+        self.source = _with_libraries((LUA_DIR / f"{name}.lua").read_bytes())
         self.sha = hashlib.sha1(self.source).hexdigest()
 
     def __call__(self, keys: list[str], args: list[Any], on: Any) -> Any:
@@ -283,6 +291,17 @@ class Script:
             # A restarted or flushed server: load the source once, then by SHA again.
             on.script_load(self.source)
             return on.evalsha(self.sha, len(keys), *keys, *args)
+
+
+def _with_libraries(source: bytes) -> bytes:
+    """A script's source after the shared parts it asks for with `-- needs: <lib>`
+    (lua/lib/<lib>.lua): Redis runs one self-contained chunk per script, so the
+    line's reading lives once in lua/lib/ and is prepended here."""
+    libraries = [
+        line.split(b":", 1)[1].strip() for line in source.splitlines() if line.startswith(b"-- needs:")
+    ]
+    parts = [(LUA_DIR / "lib" / f"{lib.decode()}.lua").read_bytes() for lib in libraries]
+    return b"\n".join([*parts, source])
 
 
 @cache

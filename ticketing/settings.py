@@ -107,6 +107,9 @@ if QUEUE_TOKEN_KEY_PREVIOUS and QUEUE_TOKEN_KEY_PREVIOUS_UNTIL is None:
     raise ImproperlyConfigured(
         "QUEUE_TOKEN_KEY_PREVIOUS needs QUEUE_TOKEN_KEY_PREVIOUS_UNTIL: when its grace period ends"
     )
+# How old each web process's copy of a line's counters may get before a poll
+# refreshes it (queue_app/line.py): the most a waiting person's rank lags behind.
+QUEUE_LINE_REFRESH_MS = env.int("QUEUE_LINE_REFRESH_MS", default=200)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 

@@ -19,7 +19,9 @@ from django.test import override_settings
 from booking_app import reconcile, services
 from booking_app.models import Reservation
 from booking_app.selectors import seats_sold
+from booking_app.services import Booking, reserve_call
 from booking_app.tests.conftest import book, database_url_of_tests, seats_left
+from queue_app import tokens
 from queue_app.models import Event
 from ticketing import redis as r
 from ticketing.tests.faultproxy import Action, FaultProxy, Message
@@ -123,14 +125,9 @@ def test_a_cancellation_redis_missed_is_returned_once_after_a_rebuild(
 def _stranded_booking(event, token: str, seats: int) -> None:
     """The Redis step of a booking whose process then died: its entry waits in the
     outbox (the same script the request runs)."""
-    k = r.EventKeys(event.event_id)
-    raw = uuid.UUID(token).bytes
-    r.client().zadd(k.active, {raw: r.now_ms() + 60_000})
-    reply = r.run(
-        "reserve",
-        [k.meta, k.active, k.booked(token), k.seats, k.outbox],
-        [raw, token, seats, str(uuid.uuid4()), "", "", ""],
-    )
+    number = tokens.verify(event.event_id, uuid.UUID(token).bytes)
+    r.client().setbit(r.EventKeys(event.event_id).booked_places, number, 0)  # lost with the mark
+    reply = r.run(*reserve_call(Booking(uuid.uuid4(), event.event_id, token, seats)))
     assert reply[0] == b"OK", reply
 
 
@@ -177,7 +174,7 @@ def test_a_token_that_holds_a_row_cannot_loop_insert_and_undo(postgres, make_eve
     k = r.EventKeys(event.event_id)
     # Redis lost its last second: the mark is gone and the token is active again.
     rc.delete(k.booked(token))
-    rc.zadd(k.active, {uuid.UUID(token).bytes: r.now_ms() + 60_000})
+    rc.setbit(k.booked_places, tokens.verify(event.event_id, uuid.UUID(token).bytes), 0)
 
     results = [book(api, token, event.event_id, 1) for _ in range(20)]
     assert {(s, b["error"]["code"], b["error"]["reservationId"]) for s, b in results} == {
@@ -295,8 +292,7 @@ def test_a_key_of_the_wrong_type_is_a_503_and_changes_nothing(
     event = make_event(total_seats=10)
     token = active_tokens(event, 1)[0]
     k = r.EventKeys(event.event_id)
-    r.client().delete(k.line)
-    r.client().set(k.line, "not a list")
+    r.client().set(k.popped, "not a number")
     before = snapshot(event.event_id)
     _assert_503(_post(app_on_private_redis, "/api/queue/join", {"eventId": event.event_id}))
     assert snapshot(event.event_id) == before  # the arrival counter did not move

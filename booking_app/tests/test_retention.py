@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from booking_app.models import Reservation
 from booking_app.retention import PurgeRefused, event_purge, events_purge
+from booking_app.services import Booking, reserve_call
 from booking_app.tests.conftest import book
 from queue_app import services as queue
 from queue_app.models import Event
@@ -35,13 +36,8 @@ def a_sale(event, active_tokens, api) -> tuple[str, uuid.UUID]:
     book(api, tokens[0], event.event_id, 2)
     for _ in range(4):
         queue.queue_join(event_id=event.event_id)
-    k, stranded = r.EventKeys(event.event_id), uuid.uuid4()
-    raw = uuid.UUID(tokens[1]).bytes
-    reply = r.run(
-        "reserve",
-        [k.meta, k.active, k.booked(tokens[1]), k.seats, k.outbox],
-        [raw, tokens[1], 1, str(stranded), "", ""],
-    )
+    stranded = uuid.uuid4()
+    reply = r.run(*reserve_call(Booking(stranded, event.event_id, tokens[1], 1)))
     assert reply[0] == b"OK"
     return tokens[0], stranded
 

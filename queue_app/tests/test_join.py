@@ -68,12 +68,14 @@ def test_join_paused_event_is_accepted(api, make_event):
     assert api.poll(body["data"]["token"], event.event_id)[1]["data"]["status"] == "WAITING"
 
 
-def test_a_place_costs_compact_memory(api, event, rc):
-    token = api.token(event.event_id)
+def test_a_place_costs_nothing_in_redis(api, event, rc):
+    """The line is counters: joining moves `seq`, and no key is written for the
+    person; the token carries their place."""
     k = r.EventKeys(event.event_id)
-    assert rc.lrange(k.line, 0, -1) == [uuid.UUID(token).bytes]
-    # The index names the token's owner: nobody on an event without protections
-    # (the arrival number is in the token itself).
-    assert rc.hget(k.bucket(uuid.UUID(token).bytes), uuid.UUID(token).bytes) == b""
-    # The compact encoding: listpack on Redis 7, ziplist on 6.2.
-    assert rc.object("encoding", k.bucket(uuid.UUID(token).bytes)) in {b"listpack", b"ziplist"}
+    before = {name: rc.type(name) for name in rc.scan_iter(match=k.pattern())}
+    joined = [api.token(event.event_id) for _ in range(50)]
+    after = {name: rc.type(name) for name in rc.scan_iter(match=k.pattern())}
+    # The arrival counter, and 2 random bytes a person (lua/lib/line.lua).
+    assert after == {**before, k.seq.encode(): b"string", k.nonces.encode(): b"string"}
+    assert int(rc.get(k.seq)) == 50 and rc.strlen(k.nonces) == 2 * 50
+    assert api.poll(joined[-1], event.event_id)[1]["data"]["rank"] == 50

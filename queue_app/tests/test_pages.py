@@ -191,6 +191,7 @@ def test_a_page_is_a_503_while_redis_is_away(client, make_event):
 def test_a_booking_still_being_decided_has_a_page_that_says_so(client, make_event):
     event = make_event()
     token = services.queue_join(event_id=event.event_id).token
+    services.event_admit(event.event_id)
     client.cookies[token_cookie(event.event_id)] = token
     rid = str(uuid.uuid4())
     # What BOOKING_PENDING leaves: seats held and the mark set in Redis, no row yet.

@@ -12,10 +12,9 @@ import uuid
 import pytest
 from django.test import override_settings
 
-from conftest import event_state
+from conftest import end_windows, event_state
 from queue_app import tokens
 from queue_app.tests.test_admission import admit
-from ticketing import redis as r
 
 
 def _raw(token: str) -> bytes:
@@ -29,7 +28,7 @@ def test_a_token_is_a_uuidv8_carrying_its_arrival_number(api, event) -> None:
         assert (parsed.version, parsed.variant) == (8, uuid.RFC_4122)
         assert tokens.verify(event.event_id, parsed.bytes) == n
         # The script's signature is the one Python computes for that nonce and number.
-        assert tokens.mint(event.event_id, n, parsed.bytes[:4]) == parsed.bytes
+        assert tokens.mint(event.event_id, n, parsed.bytes[:2], parsed.bytes[2:4]) == parsed.bytes
     assert len(set(issued)) == 3
 
 
@@ -71,7 +70,7 @@ def test_rejoin_to_the_back_hands_out_a_new_token_and_the_old_one_stays_what_it_
     first, second = api.token(event.event_id), api.token(event.event_id)
     admit(event.event_id)
     assert api.poll(first, event.event_id)[1]["data"]["status"] == "ACTIVE"
-    r.client().zadd(r.event_keys(event.event_id).active, {_raw(first): 1})  # the window ended
+    end_windows(event.event_id)
     status, body = api.rejoin(first, event.event_id)
     assert status == 200 and body["data"]["rejoined"] is False
     renewed = body["data"]["token"]

@@ -39,6 +39,20 @@ def test_each_script_has_a_header_naming_its_keys_and_args(path):
 KEYLESS = {"TIME"}
 
 
+# The functions of lua/lib/line.lua whose first argument is a key.
+LIBRARY_KEYED = ("counter", "drawn_place", "is_set", "ones", "window_of", "issued")
+
+
+def test_the_library_reads_only_the_keys_it_is_handed():
+    """lua/lib/ names no key itself: each command's key is a parameter of its
+    function, which the scripts pass from their KEYS (checked below)."""
+    text = (Path(settings.BASE_DIR) / "lua" / "lib" / "line.lua").read_text()
+    signatures = re.findall(r"^local function \w+\(([^)]*)\)", text, re.M)
+    parameters = {name.strip() for found in signatures for name in found.split(",")}
+    used = re.findall(r"redis\.p?call\('([A-Z]+)'(?:, *([^,)]+))?", text)
+    assert used and all(first in parameters for command, first in used if command not in KEYLESS), used
+
+
 @pytest.mark.parametrize("path", LUA, ids=lambda p: p.name)
 def test_every_key_a_script_touches_is_passed_in_keys(path):
     """Redis Cluster runs a script on the node of its KEYS: a key the script made up
@@ -46,6 +60,9 @@ def test_every_key_a_script_touches_is_passed_in_keys(path):
     for command, first in re.findall(r"redis\.p?call\('([A-Z]+)'(?:, *([^,)]+))?", path.read_text()):
         if command not in KEYLESS:
             assert re.fullmatch(r"KEYS\[\w+\]", first), f"{path.name}: {command} {first}"
+    # The shared functions of lua/lib/ are handed their keys by the script.
+    for function, first in re.findall(rf"\b({'|'.join(LIBRARY_KEYED)})\(([^,)]+)", path.read_text()):
+        assert re.fullmatch(r"KEYS\[\w+\]", first), f"{path.name}: {function}({first}"
 
 
 def test_scripts_are_reloaded_after_script_flush(api, event, rc):
@@ -73,7 +90,7 @@ SCENARIO_SCRIPTS = {
     "ratelimit",
     "event_sync",
     "admit",
-    "compact",
+    "line_state",
     "refused",
     "reserve",
     "release",
@@ -98,9 +115,9 @@ def test_every_script_runs_on_each_redis_version(request, make_event, api, serve
         assert api.rejoin(str(uuid.uuid4()), event.event_id)[0] == 403  # refused (counted)
         assert services.event_live_numbers(event.event_id)["joinsRefused"] == {"forged_token": 1}
         assert api.leave(a, event.event_id)[1]["data"]["removed"] is True  # leave: a hole at the head
-        polled = api.poll(c, event.event_id)[1]["data"]  # poll
+        polled = api.poll(c, event.event_id)[1]["data"]  # line_state (and poll, on the Django lane)
         assert (polled["rank"], polled["totalWaiting"], polled["remainingSeats"]) == (2, 2, 10)
-        tick = services.event_admit(event.event_id)  # compact (passes a), admit
+        tick = services.event_admit(event.event_id)  # admit (passes a)
         assert (tick.outcome, tick.admitted, tick.waiting) == ("ADMITTED", 2, 0)
         assert api.poll(c, event.event_id)[1]["data"]["status"] == "ACTIVE"
         token = services.parse_token(c)
@@ -113,13 +130,9 @@ def test_every_script_runs_on_each_redis_version(request, make_event, api, serve
         assert api.poll(c, event.event_id)[1]["data"]["remainingSeats"] == 10
         # A second booking, refused by Postgres and released (the token already booked):
         k = r.EventKeys(event.event_id)
-        r.client().zadd(k.active, {token.raw: 10**13})
+        r.client().setbit(k.booked_places, services.issued(event.event_id, token), 0)
         b = booking.Booking(uuid.uuid4(), event.event_id, c, 1)
-        reply = r.run(
-            "reserve",
-            [k.meta, k.active, k.booked(c), k.seats, k.outbox],
-            [token.raw, c, 1, str(b.reservation_id), "", ""],
-        )
+        reply = r.run(*booking.reserve_call(b))
         assert booking.release(k, reply[2], b, booking.Decision(booking.NOT_SAVED))  # release
         assert reconcile.event_recover(event.event_id).consistent  # outbox_done is below, seats_heal here
         assert booking.outbox_done(k, "0-1") is False
@@ -149,13 +162,21 @@ def test_keys_of_an_event_share_one_cluster_slot():
         k.meta,
         k.seq,
         k.popped,
-        k.line,
+        k.nonces,
         k.left,
+        k.leftpre,
+        k.leftlog,
+        k.holes,
+        k.windows,
+        k.per_window,
         k.active,
+        k.booked_places,
         k.seats,
         k.outbox,
         k.tick,
-        k.bucket(uuid.uuid4().bytes),
+        k.pre,
+        k.drawpos,
+        k.owned(b"u42"),
         k.booked(str(uuid.uuid4())),
     ]
     assert len({key_slot(n.encode()) for n in names}) == 1

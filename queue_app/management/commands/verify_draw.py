@@ -52,7 +52,7 @@ class Command(BaseCommand):
         )
         if off:
             wrong.append(f"{off} positions are not the ones the seed and the list draw")
-        in_line, astray = _line_agrees(event_id, dict(zip(receipts, listed, strict=False)))
+        in_line, astray = _line_agrees(event_id, listed)
         if astray:
             wrong.append(f"{astray} places waiting in the line are not at their drawn position")
         for problem in wrong:
@@ -65,18 +65,16 @@ class Command(BaseCommand):
         )
 
 
-def _line_agrees(event_id: str, position_of: dict[bytes, int]) -> tuple[int, int]:
+def _line_agrees(event_id: str, listed: list[int]) -> tuple[int, int]:
     """The pre-queue places still in the line, and how many of them do not stand at
-    their drawn position: the order the line serves (lua/admit.lua reads the number
-    at each position, then its token) is the order published."""
+    their drawn position: the line serves places in order (lua/admit.lua), and a
+    pre-queue token's place is its number's entry in `drawpos`, which must be the
+    position published for that number's receipt (the list is in joining order)."""
     k = r.event_keys(event_id)
     client = r.client()
     popped = int(client.get(k.popped) or 0)
-    numbers = client.getrange(k.drawnum, 4 * popped, -1)
-    tokens = client.get(k.pre) or b""
-    astray = 0
-    for i in range(0, len(numbers), 4):
-        n = int.from_bytes(numbers[i : i + 4], "big")
-        token = tokens[16 * (n - 1) : 16 * n]
-        astray += position_of.get(draw.receipt(event_id, token)) != popped + i // 4 + 1
-    return len(numbers) // 4, astray
+    table = client.get(k.drawpos) or b""
+    placed = [int.from_bytes(table[i : i + 4], "big") for i in range(0, len(table), 4)]
+    waiting = [i for i, place in enumerate(placed) if place > popped]
+    astray = sum(1 for i in waiting if i >= len(listed) or listed[i] != placed[i])
+    return len(waiting), astray

@@ -1,0 +1,292 @@
+"""The line as each web process sees it: an event's counters, cached for a moment.
+
+A waiting person's poll needs the line's head (`popped`), its length (`seq`), who
+left before them, the seats left and the event's settings, and their own place,
+which their token carries. None of it is theirs alone, so each web process keeps
+one copy per event and refreshes it when it is older than QUEUE_LINE_REFRESH_MS
+(200 ms unless set): one
+Redis round trip (lua/line_state.lua) per event per process per refresh, however
+many polls it serves meanwhile. Leavers arrive as a log (5 bytes each, lua/leave.lua)
+that the copy reads on from where it stopped, into a bitmap of its own.
+
+How stale an answer can be (docs/line.md): a rank is computed from counters at
+most one refresh old, so it is never more than one refresh interval behind. The copy
+only ever answers for people still waiting behind the head it knows, which only
+grows: everyone at or past that head (admitted, active, expired, booked) is
+answered by Redis (lua/poll.lua), so nobody is shown as admitted before the tick
+admitted them. A person admitted since the last refresh is shown waiting, at the
+front, until the next one.
+"""
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from ticketing import redis as r
+
+_refresh_seconds = settings.QUEUE_LINE_REFRESH_MS / 1000
+
+
+@receiver(setting_changed)
+def _reread(*, setting: str, **kwargs: Any) -> None:
+    global _refresh_seconds
+    if setting == "QUEUE_LINE_REFRESH_MS":
+        _refresh_seconds = settings.QUEUE_LINE_REFRESH_MS / 1000
+    elif setting == "CACHES":  # another Redis: another line
+        forget()
+
+
+# Log bytes read per round trip: 13,107 leavers. A process that starts behind reads
+# on in more round trips, once.
+LOG_CHUNK = 65_535
+# Leavers counted per block of places (4,096 places, 512 bytes of the bitmap).
+BLOCK_BYTES = 512
+_PRE_QUEUE_FLAG = 1 << 39  # a pre-queue number, not a place (lua/leave.lua)
+# Around a scheduled start, Redis' clock decides PRE_QUEUE or DRAWING.
+_START_MARGIN_MS = 500
+_MAX_EVENTS = 256
+
+
+@dataclass(slots=True)
+class Line:
+    """One event's line, as last read."""
+
+    event_id: str
+    found: bool = False
+    status: bytes = b""
+    gen: bytes = b""
+    admit_rate: bytes = b"0"
+    opens_at: int | None = None
+    draw: bytes = b""
+    draw_size: int | None = None
+    seq: int = 0
+    popped: int = 0
+    holes: int = 0
+    seats: int = 0
+    read_at: float = float("-inf")  # time.monotonic() of the last refresh
+    log_read: int = 0  # bytes of the leavers' log applied
+    bits: bytearray = field(default_factory=bytearray)  # places that left
+    blocks: list[int] = field(default_factory=list)  # set bits per BLOCK_BYTES of `bits`
+    prefix: list[int] | None = None  # running sums of `blocks`, rebuilt when they change
+    left_pre: set[int] = field(default_factory=set)  # pre-queue numbers that left before the draw
+    # Refreshes may overlap (the sync lane's threads, the fast lane's loop): each
+    # reply is applied whole, under this lock, and only where the copy stands.
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def apply(self, reply: list, offset: int) -> bool:
+        """Take in a line_state reply read from log byte `offset`; True when there
+        is more to read (the log goes on, or another refresh moved the copy on
+        meanwhile, so that this reply's part of the log is not the next one)."""
+        with self.lock:
+            return self._apply(reply, offset)
+
+    def _apply(self, reply: list, offset: int) -> bool:
+        if offset != self.log_read:
+            return True
+        if reply[0] is None:
+            self.found = False
+            return False
+        status, gen, rate, opens_at, draw, size, seq, popped, holes, seats, chunk, length = reply
+        gen = bytes.fromhex(gen.decode())
+        if gen != self.gen or length < self.log_read:  # a line rebuilt from nothing: start over
+            misread = self.log_read != 0  # the chunk is from the old line's offset
+            self.bits, self.blocks, self.prefix, self.left_pre, self.log_read = (
+                bytearray(),
+                [],
+                None,
+                set(),
+                0,
+            )
+            self.gen = gen
+            if misread:
+                return True
+        self.found, self.status, self.gen, self.admit_rate, self.draw = True, status, gen, rate, draw
+        self.opens_at = int(opens_at) if opens_at else None
+        self.draw_size = int(size) if size else None
+        self.seq, self.popped, self.holes, self.seats = int(seq), int(popped), int(holes), int(seats)
+        usable = len(chunk) - len(chunk) % 5
+        for at in range(0, usable, 5):
+            self._left(int.from_bytes(chunk[at : at + 5], "big"))
+        self.log_read += usable
+        return self.log_read < length
+
+    def _left(self, logged: int) -> None:
+        if logged & _PRE_QUEUE_FLAG:
+            self.left_pre.add(logged ^ _PRE_QUEUE_FLAG)
+            return
+        byte, mask = logged >> 3, 0x80 >> (logged & 7)
+        if byte >= len(self.bits):
+            self.bits.extend(bytes(byte + 1 - len(self.bits)))
+        if self.bits[byte] & mask:
+            return
+        self.bits[byte] |= mask
+        block = byte // BLOCK_BYTES
+        if block >= len(self.blocks):
+            self.blocks.extend([0] * (block + 1 - len(self.blocks)))
+        self.blocks[block] += 1
+        self.prefix = None
+
+    def left_upto(self, place: int) -> int:
+        """How many of places 0..place left."""
+        if place < 0:
+            return 0
+        byte = place >> 3
+        block = byte // BLOCK_BYTES
+        if self.prefix is None:
+            self.prefix = [0, *accumulate(self.blocks)]
+        count = self.prefix[min(block, len(self.blocks))]
+        count += int.from_bytes(self.bits[block * BLOCK_BYTES : byte], "big").bit_count()
+        if byte < len(self.bits):
+            count += (self.bits[byte] >> (7 - (place & 7))).bit_count()
+        return count
+
+    def is_left(self, place: int) -> bool:
+        byte = place >> 3
+        return byte < len(self.bits) and bool(self.bits[byte] & (0x80 >> (place & 7)))
+
+    def answer(self, token: bytes, number: int) -> list | None:
+        """A poll's answer for a person still waiting behind the head, in the shape
+        of lua/poll.lua's reply; None when Redis must answer (see the module)."""
+        if not self.found or self.status == b"CLOSED" or token[:2] != self.gen:
+            return None
+        waiting = max(self.seq, number) - self.popped - self.holes
+        if self.draw in (b"PENDING", b"DONE") and (self.draw_size is None or number <= self.draw_size):
+            if self.draw == b"DONE" or number in self.left_pre:
+                return None  # a drawn position, or a leaver: Redis knows
+            state = None
+            if self.draw_size is not None:
+                state = b"DRAWING"
+            elif self.opens_at is not None:
+                now = time.time() * 1000
+                if now < self.opens_at - _START_MARGIN_MS:
+                    state = b"PRE_QUEUE"
+                elif now >= self.opens_at + _START_MARGIN_MS:
+                    state = b"DRAWING"
+            if state is None:
+                return None
+            return [state, waiting, self.seats, self.status, None, self.admit_rate, self.opens_at, 1, 0]
+        if number <= self.popped or number > self.seq:
+            return None  # at or past the head; or joined since the last refresh
+        if self.is_left(number):
+            return [
+                b"NOT_FOUND",
+                waiting,
+                self.seats,
+                self.status,
+                None,
+                self.admit_rate,
+                self.opens_at,
+                0,
+                0,
+            ]
+        rank = number - self.popped - (self.left_upto(number - 1) - self.left_upto(self.popped))
+        return [
+            b"WAITING",
+            max(waiting, rank),
+            self.seats,
+            self.status,
+            rank,
+            self.admit_rate,
+            self.opens_at,
+            0,
+            0,
+        ]
+
+
+_lines: dict[str, Line] = {}
+_locks: dict[str, threading.Lock] = {}
+_pending: dict[tuple[asyncio.AbstractEventLoop, str], asyncio.Future] = {}
+
+
+def _call(line: Line, offset: int) -> tuple[str, list[str], list]:
+    k = r.event_keys(line.event_id)
+    return "line_state", [k.meta, k.seq, k.popped, k.holes, k.seats, k.leftlog], [offset, LOG_CHUNK]
+
+
+def _refresh(line: Line) -> None:
+    started = time.monotonic()
+    while True:
+        offset = line.log_read
+        if not line.apply(r.run(*_call(line, offset)), offset):
+            break
+    line.read_at = started
+
+
+async def _arefresh(line: Line) -> None:
+    started = time.monotonic()
+    while True:
+        offset = line.log_read
+        if not line.apply(await r.arun(*_call(line, offset)), offset):
+            break
+    line.read_at = started
+
+
+def _line(event_id: str) -> Line:
+    found = _lines.get(event_id)
+    if found is None:
+        if len(_lines) >= _MAX_EVENTS:
+            _lines.pop(next(iter(_lines)))
+        found = _lines[event_id] = Line(event_id)
+    return found
+
+
+def current(event_id: str) -> Line:
+    """The event's line, refreshed first when older than the refresh interval (one
+    refresh at a time per event: the other threads wait for it)."""
+    line = _line(event_id)
+    if time.monotonic() - line.read_at < _refresh_seconds:
+        return line
+    with _locks.setdefault(event_id, threading.Lock()):
+        if time.monotonic() - line.read_at >= _refresh_seconds:
+            _refresh(line)
+    return line
+
+
+async def acurrent(event_id: str) -> Line:
+    """`current` on the asyncio client: the polls of one event-loop turn that find
+    the copy stale all wait for one refresh."""
+    line = _line(event_id)
+    if time.monotonic() - line.read_at < _refresh_seconds:
+        return line
+    loop = asyncio.get_running_loop()
+    pending = _pending.get((loop, event_id))
+    if pending is None:
+        pending = _pending[(loop, event_id)] = loop.create_future()
+        try:
+            await _arefresh(line)
+            pending.set_result(None)
+        except BaseException as exc:
+            pending.set_exception(exc)
+            pending.exception()  # retrieved: only the waiters below raise it
+            raise
+        finally:
+            del _pending[(loop, event_id)]
+    else:
+        await asyncio.shield(pending)
+    return line
+
+
+def noted_left(event_id: str, number: int) -> None:
+    """A leave this process made: its own copy knows at once (others, at their next
+    refresh). A drawn pre-queue number's place is Redis' to know, and the log's."""
+    line = _lines.get(event_id)
+    if line is None or not line.found:
+        return
+    with line.lock:
+        if line.draw in (b"PENDING", b"DONE") and (line.draw_size is None or number <= line.draw_size):
+            if line.draw == b"PENDING":
+                line.left_pre.add(number)
+            return
+        line._left(number)
+
+
+def forget() -> None:
+    """Drop every copy (tests that rebuild lines under the same event id)."""
+    _lines.clear()

@@ -1,0 +1,134 @@
+"""The web processes' copy of the line (queue_app/line.py): how stale it may be.
+
+Other processes move the line here by running its scripts directly, as another app
+server or the beat would: this process only learns of it by refreshing its copy.
+"""
+
+import asyncio
+import bisect
+import threading
+import time
+import uuid
+
+import pytest
+
+from booking_app import services as booking
+from conftest import line_token
+from queue_app import line, services
+from ticketing import redis as r
+
+REFRESH_MS = 200
+SLACK = 0.05  # a refresh's own round trip and the threads' scheduling
+
+
+@pytest.fixture
+def refreshing(settings) -> None:
+    settings.QUEUE_LINE_REFRESH_MS = REFRESH_MS
+    line.forget()
+
+
+def _leave_elsewhere(event_id: str, number: int) -> None:
+    r.run(*services._leave_call(event_id, line_token(event_id, number)))
+
+
+def test_a_rank_shown_is_never_more_than_one_refresh_behind(make_event, refreshing):
+    event = make_event()
+    services.queue_join_many(event_id=event.event_id, count=400)
+    me = line_token(event.event_id, 400)
+    began: list[tuple[float, int]] = [(0.0, 0)]  # (when the n-th leave was sent, n)
+    ended: list[tuple[float, int]] = [(0.0, 0)]  # (when it was done, n)
+    shown: list[tuple[float, float, int]] = []  # (asked at, answered at, rank)
+    done = threading.Event()
+
+    def leavers() -> None:
+        for n in range(1, 301):
+            began.append((time.monotonic(), n))
+            _leave_elsewhere(event.event_id, n)
+            ended.append((time.monotonic(), n))
+            time.sleep(0.004)
+        done.set()
+
+    def poller() -> None:
+        while not done.is_set():
+            asked = time.monotonic()
+            rank = services.queue_poll(event_id=event.event_id, token=me).rank
+            shown.append((asked, time.monotonic(), rank))
+
+    threads = [threading.Thread(target=leavers), *(threading.Thread(target=poller) for _ in range(3))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    def by(moment: float, log: list[tuple[float, int]]) -> int:
+        return log[bisect.bisect_right(log, (moment, 301)) - 1][1]  # the log is in time order
+
+    assert len(shown) > 100
+    for asked, answered, rank in shown:
+        # Never ahead of the truth, and never behind what was true one refresh
+        # before the poll was asked.
+        assert 400 - by(answered, began) <= rank <= 400 - by(asked - REFRESH_MS / 1000 - SLACK, ended)
+    assert any(rank > 400 - by(asked, ended) for asked, _, rank in shown)  # the copy was used
+    time.sleep(REFRESH_MS / 1000)
+    assert services.queue_poll(event_id=event.event_id, token=me).rank == 100
+
+
+def test_nobody_is_shown_admitted_or_may_book_before_the_tick_admitted_them(make_event, refreshing):
+    event = make_event(admit_per_second=5, total_seats=100)
+    services.queue_join_many(event_id=event.event_id, count=20)
+    people = [line_token(event.event_id, n) for n in range(1, 21)]
+    ticks: list[tuple[float, int]] = []  # (the tick began, places admitted up to)
+    active_at: dict[int, float] = {}
+    booked_at: dict[int, float] = {}
+    done = threading.Event()
+
+    def beat() -> None:
+        for _ in range(3):
+            _, micros = r.client().time()
+            time.sleep(1 - micros / 1e6 + 0.01)  # the next second of Redis' clock
+            began = time.monotonic()
+            services.event_admit(event.event_id)
+            ticks.append((began, int(r.client().get(r.event_keys(event.event_id).popped))))
+        time.sleep(3 * REFRESH_MS / 1000)  # the last ones admitted see it
+        done.set()
+
+    def poller(number: int) -> None:
+        async def polls() -> None:
+            while not done.is_set() and number not in active_at:
+                position = await services.aqueue_poll(event_id=event.event_id, token=people[number - 1])
+                if position.status in ("ACTIVE", "BOOKED"):
+                    active_at[number] = time.monotonic()
+                await asyncio.sleep(0.01)
+
+        asyncio.run(polls())
+
+    def booker(number: int) -> None:
+        """The Redis step of a booking (lua/reserve.lua), the gate every booking passes."""
+        while not done.is_set() and number not in booked_at:
+            b = booking.Booking(uuid.uuid4(), event.event_id, people[number - 1].text, 1)
+            outcome = r.run(*booking.reserve_call(b))[0]
+            if outcome == b"OK":
+                booked_at[number] = time.monotonic()
+            else:
+                assert outcome == b"NOT_ACTIVE"
+                time.sleep(0.02)
+
+    threads = [
+        threading.Thread(target=beat),
+        *(threading.Thread(target=poller, args=(n,)) for n in range(1, 16)),
+        *(threading.Thread(target=booker, args=(n,)) for n in (1, 6, 11, 16)),
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+    def admitted_from(number: int) -> float:
+        return next(began for began, upto in ticks if upto >= number)
+
+    assert sorted(active_at) == list(range(1, 16)) and sorted(booked_at) == [1, 6, 11]
+    for number, at in [*active_at.items(), *booked_at.items()]:
+        assert at >= admitted_from(number)
+    assert 16 not in booked_at  # never admitted: never allowed to book
+    booking_app_outbox = r.event_keys(event.event_id).outbox
+    r.client().delete(booking_app_outbox)  # the three Redis steps, never decided: not this test's
