@@ -5,8 +5,8 @@
 
 With --holes, that many people leave first: the first ones in line (head), or one
 in every waiting/holes along the whole line (even). The runs of holes at the head
-are compacted away before a tick (lua/compact.lua, in calls of COMPACT_CHUNK), off
-the admit script's path: each compaction call is timed too. With --hot-sale, the
+are bits of the leavers' bitmap that the admit script passes with BITPOS (a byte
+of 8 holes at a time, and whole runs of empty bytes at once). With --hot-sale, the
 event has the hot-sale protections on and every person joins from another address
 with a proof of work of their own: the most Redis keeps per person.
 
@@ -80,42 +80,37 @@ def measure(event_id: str, *, samples: int, batch: int) -> dict:
     }
 
 
-def make_holes(event_id: str, holes: int, spread: str) -> None:
-    """`holes` people leave, through the leave script, pipelined."""
+def make_holes(event_id: str, holes: int, spread: str, waiting: int) -> None:
+    """`holes` people leave, through the leave script, pipelined: each with the token
+    the join script issued them (the line's generation and the number's nonce)."""
+    from queue_app import tokens
+
     client = r.client()
     k = r.event_keys(event_id)
-    length = client.llen(k.line)
-    step = 1 if spread == "head" else max(1, length // holes)
-    wanted = range(0, step * holes, step)
+    gen = bytes.fromhex(client.hget(k.meta, "gen").decode())
+    step = 1 if spread == "head" else max(1, waiting // holes)
+    numbers = range(1, step * holes + 1, step)
     r.load("leave")
-    chunk = 100_000
-    for start in range(0, wanted[-1] + 1, chunk):
-        tokens = client.lrange(k.line, start, start + chunk - 1)
+    chunk = 50_000
+    for i in range(0, len(numbers), chunk):
+        part = numbers[i : i + chunk]
+        nonces = client.getrange(k.nonces, part[0] * 2 - 2, part[-1] * 2 - 1)
         pipe = client.pipeline(transaction=False)
-        for i in range(start, start + len(tokens)):
-            if i % step == 0 and i < len(wanted) * step:
-                raw = tokens[i - start]
-                r.run("leave", [k.meta, k.bucket(raw), k.left, k.popped], [raw], on=pipe)
-        pipe.execute()
+        for n in part:
+            at = (n - part[0]) * 2
+            token = services.Token.of(tokens.mint(event_id, n, gen, nonces[at : at + 2]))
+            r.run(*services._leave_call(event_id, token), on=pipe)
+        if sum(pipe.execute()) != len(part):
+            raise RuntimeError("a leave was refused")
 
 
-def measure_compaction(event_id: str) -> dict:
-    """Compact the head of the line, one timed call at a time."""
-    k = r.event_keys(event_id)
-    calls_ms, passed = [], []
-    while True:
-        t0 = time.perf_counter()
-        n = r.run("compact", [k.popped, k.line, k.left], [services.COMPACT_CHUNK])
-        calls_ms.append((time.perf_counter() - t0) * 1000)
-        passed.append(n)
-        if n < services.COMPACT_CHUNK:
-            break
+def memory_by_key(event_id: str) -> dict[str, int]:
+    """Bytes of each of the event's keys (MEMORY USAGE), by the key's last parts."""
+    client = r.client()
+    prefix = len(r.key(event_id, ""))
     return {
-        "holes_passed": sum(passed),
-        "calls": len(calls_ms),
-        "call_max_ms": max(calls_ms),
-        "call_median_ms": statistics.median(calls_ms),
-        "total_ms": sum(calls_ms),
+        name.decode()[prefix:]: client.memory_usage(name, samples=0) or 0
+        for name in client.scan_iter(match=r.EventKeys(event_id).pattern(), count=1000)
     }
 
 
@@ -147,20 +142,26 @@ def main() -> None:
         fill = time.perf_counter() - started
         memory = client.info("memory")["used_memory"] - memory
         if args.holes:
-            make_holes(event_id, args.holes, args.spread)
-            c = measure_compaction(event_id)
+            memory = client.info("memory")["used_memory"]
+            make_holes(event_id, args.holes, args.spread, args.waiting)
+            leaving = client.info("memory")["used_memory"] - memory
             print(
-                f"holes:              {args.holes:,} ({args.spread}); compaction passed "
-                f"{c['holes_passed']:,} in {c['calls']} calls, each median {c['call_median_ms']:.2f} ms, "
-                f"max {c['call_max_ms']:.2f} ms ({c['total_ms']:.1f} ms in all)"
+                f"holes:              {args.holes:,} ({args.spread}), {leaving / args.holes:.1f} B per leaver"
             )
+        held = memory_by_key(event_id)
         m = measure(event_id, samples=args.samples, batch=args.batch)
         print(
             f"waiting:            {args.waiting:,} (filled in {fill:.1f} s, "
             f"{args.waiting / fill:,.0f} joins/s through the join script)"
         )
         per_person = memory / args.waiting
-        print(f"Redis memory:       {memory / 2**20:.1f} MiB, {per_person:.1f} B per person waiting")
+        print(f"Redis memory:       {memory / 2**20:.1f} MiB, {per_person:.1f} B per person (the joins)")
+        keys = sum(held.values())
+        print(
+            f"event's keys:       {keys / 2**20:.2f} MiB, {keys / args.waiting:.2f} B per person waiting"
+            f"{' with the leavers' if args.holes else ''}: "
+            + ", ".join(f"{name} {size:,}" for name, size in sorted(held.items(), key=lambda kv: -kv[1])[:6])
+        )
         print(
             f"tick, round trip:   median {m['round_trip_median_ms']:.3f} ms, "
             f"p99 {m['round_trip_p99_ms']:.3f} ms ({args.samples} ticks of {args.batch})"

@@ -7,7 +7,10 @@ one copy per event and refreshes it when it is older than QUEUE_LINE_REFRESH_MS
 (200 ms unless set): one
 Redis round trip (lua/line_state.lua) per event per process per refresh, however
 many polls it serves meanwhile. Leavers arrive as a log (5 bytes each, lua/leave.lua)
-that the copy reads on from where it stopped, into a bitmap of its own.
+that the copy reads on from where it stopped, into a bitmap of its own. After a
+scheduled start's draw, the drawn positions of the pre-queue (4 bytes a number, never
+changed once drawn) are read in chunks of POSITIONS_CHUNK numbers, each once per
+process, when a poll first needs one.
 
 How stale an answer can be (docs/line.md): a rank is computed from counters at
 most one refresh old, so it is never more than one refresh interval behind. The copy
@@ -52,6 +55,8 @@ _PRE_QUEUE_FLAG = 1 << 39  # a pre-queue number, not a place (lua/leave.lua)
 # Around a scheduled start, Redis' clock decides PRE_QUEUE or DRAWING.
 _START_MARGIN_MS = 500
 _MAX_EVENTS = 256
+# Drawn positions read per round trip: 64 KiB.
+POSITIONS_CHUNK = 16_384
 
 
 @dataclass(slots=True)
@@ -76,6 +81,7 @@ class Line:
     blocks: list[int] = field(default_factory=list)  # set bits per BLOCK_BYTES of `bits`
     prefix: list[int] | None = None  # running sums of `blocks`, rebuilt when they change
     left_pre: set[int] = field(default_factory=set)  # pre-queue numbers that left before the draw
+    positions: dict[int, bytes] = field(default_factory=dict)  # chunk -> drawn positions, once drawn
     # Refreshes may overlap (the sync lane's threads, the fast lane's loop): each
     # reply is applied whole, under this lock, and only where the copy stands.
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -97,11 +103,12 @@ class Line:
         gen = bytes.fromhex(gen.decode())
         if gen != self.gen or length < self.log_read:  # a line rebuilt from nothing: start over
             misread = self.log_read != 0  # the chunk is from the old line's offset
-            self.bits, self.blocks, self.prefix, self.left_pre, self.log_read = (
+            self.bits, self.blocks, self.prefix, self.left_pre, self.positions, self.log_read = (
                 bytearray(),
                 [],
                 None,
                 set(),
+                {},
                 0,
             )
             self.gen = gen
@@ -151,15 +158,38 @@ class Line:
         byte = place >> 3
         return byte < len(self.bits) and bool(self.bits[byte] & (0x80 >> (place & 7)))
 
+    def drawn(self, number: int) -> bool:
+        """Whether the number is of a pre-queue whose order is drawn."""
+        return self.draw == b"DONE" and self.draw_size is not None and number <= self.draw_size
+
+    def missing_positions(self, number: int) -> int | None:
+        """The chunk of drawn positions a poll of this number needs and the copy has
+        not read yet, if any."""
+        chunk = (number - 1) // POSITIONS_CHUNK
+        return chunk if self.found and self.drawn(number) and chunk not in self.positions else None
+
+    def position(self, number: int) -> int | None:
+        found = self.positions.get((number - 1) // POSITIONS_CHUNK)
+        at = (number - 1) % POSITIONS_CHUNK * 4
+        if found is None or at + 4 > len(found):
+            return None
+        return int.from_bytes(found[at : at + 4], "big")
+
     def answer(self, token: bytes, number: int) -> list | None:
         """A poll's answer for a person still waiting behind the head, in the shape
         of lua/poll.lua's reply; None when Redis must answer (see the module)."""
         if not self.found or self.status == b"CLOSED" or token[:2] != self.gen:
             return None
         waiting = max(self.seq, number) - self.popped - self.holes
-        if self.draw in (b"PENDING", b"DONE") and (self.draw_size is None or number <= self.draw_size):
+        prequeue, place = 0, number
+        if self.drawn(number):
+            place = self.position(number)
+            if place is None:
+                return None
+            prequeue = 1
+        elif self.draw in (b"PENDING", b"DONE") and (self.draw_size is None or number <= self.draw_size):
             if self.draw == b"DONE" or number in self.left_pre:
-                return None  # a drawn position, or a leaver: Redis knows
+                return None  # a leaver: Redis knows
             state = None
             if self.draw_size is not None:
                 state = b"DRAWING"
@@ -172,9 +202,9 @@ class Line:
             if state is None:
                 return None
             return [state, waiting, self.seats, self.status, None, self.admit_rate, self.opens_at, 1, 0]
-        if number <= self.popped or number > self.seq:
+        if place <= self.popped or number > self.seq:
             return None  # at or past the head; or joined since the last refresh
-        if self.is_left(number):
+        if self.is_left(place):
             return [
                 b"NOT_FOUND",
                 waiting,
@@ -183,10 +213,10 @@ class Line:
                 None,
                 self.admit_rate,
                 self.opens_at,
-                0,
-                0,
+                prequeue,
+                place if prequeue else 0,
             ]
-        rank = number - self.popped - (self.left_upto(number - 1) - self.left_upto(self.popped))
+        rank = place - self.popped - (self.left_upto(place - 1) - self.left_upto(self.popped))
         return [
             b"WAITING",
             max(waiting, rank),
@@ -195,14 +225,14 @@ class Line:
             rank,
             self.admit_rate,
             self.opens_at,
-            0,
-            0,
+            prequeue,
+            place if prequeue else 0,
         ]
 
 
 _lines: dict[str, Line] = {}
 _locks: dict[str, threading.Lock] = {}
-_pending: dict[tuple[asyncio.AbstractEventLoop, str], asyncio.Future] = {}
+_pending: dict[tuple[asyncio.AbstractEventLoop, str, Any], asyncio.Future] = {}
 
 
 def _call(line: Line, offset: int) -> tuple[str, list[str], list]:
@@ -237,49 +267,90 @@ def _line(event_id: str) -> Line:
     return found
 
 
-def current(event_id: str) -> Line:
+def _positions_range(line: Line, chunk: int) -> tuple[str, int, int]:
+    return (
+        r.event_keys(line.event_id).drawpos,
+        chunk * POSITIONS_CHUNK * 4,
+        (chunk + 1) * POSITIONS_CHUNK * 4 - 1,
+    )
+
+
+def _took_positions(line: Line, chunk: int, gen: bytes, read: bytes) -> None:
+    # Kept only for the line they were read for, and only if there were any (none:
+    # the line was wiped meanwhile, and Redis will say so).
+    with line.lock:
+        if read and line.gen == gen:
+            line.positions[chunk] = read
+
+
+def current(event_id: str, number: int = 0) -> Line:
     """The event's line, refreshed first when older than the refresh interval (one
-    refresh at a time per event: the other threads wait for it)."""
+    refresh at a time per event: the other threads wait for it), with the drawn
+    positions that `number`'s poll needs."""
     line = _line(event_id)
-    if time.monotonic() - line.read_at < _refresh_seconds:
-        return line
-    with _locks.setdefault(event_id, threading.Lock()):
-        if time.monotonic() - line.read_at >= _refresh_seconds:
-            _refresh(line)
+    if time.monotonic() - line.read_at >= _refresh_seconds:
+        with _locks.setdefault(event_id, threading.Lock()):
+            if time.monotonic() - line.read_at >= _refresh_seconds:
+                _refresh(line)
+    chunk = line.missing_positions(number)
+    if chunk is not None:
+        with _locks.setdefault(event_id, threading.Lock()):
+            if chunk not in line.positions:
+                gen = line.gen
+                _took_positions(line, chunk, gen, r.client().getrange(*_positions_range(line, chunk)))
     return line
 
 
-async def acurrent(event_id: str) -> Line:
-    """`current` on the asyncio client: the polls of one event-loop turn that find
-    the copy stale all wait for one refresh."""
-    line = _line(event_id)
-    if time.monotonic() - line.read_at < _refresh_seconds:
-        return line
+async def _once(event_id: str, what: Any, work: Any) -> None:
+    """Run `work()` once for the polls of one event loop that need `what` at the
+    same time: the others wait for it."""
     loop = asyncio.get_running_loop()
-    pending = _pending.get((loop, event_id))
+    pending = _pending.get((loop, event_id, what))
     if pending is None:
-        pending = _pending[(loop, event_id)] = loop.create_future()
+        pending = _pending[(loop, event_id, what)] = loop.create_future()
         try:
-            await _arefresh(line)
+            await work()
             pending.set_result(None)
         except BaseException as exc:
             pending.set_exception(exc)
             pending.exception()  # retrieved: only the waiters below raise it
             raise
         finally:
-            del _pending[(loop, event_id)]
+            del _pending[(loop, event_id, what)]
     else:
         await asyncio.shield(pending)
+
+
+async def acurrent(event_id: str, number: int = 0) -> Line:
+    """`current` on the asyncio client: the polls of one event-loop turn that find
+    the copy stale all wait for one refresh."""
+    line = _line(event_id)
+    if time.monotonic() - line.read_at >= _refresh_seconds:
+        await _once(event_id, "state", lambda: _arefresh(line))
+    chunk = line.missing_positions(number)
+    if chunk is not None:
+
+        async def read() -> None:
+            gen = line.gen
+            found = await r.batcher().execute("GETRANGE", *_positions_range(line, chunk))
+            _took_positions(line, chunk, gen, found)
+
+        await _once(event_id, chunk, read)
     return line
 
 
 def noted_left(event_id: str, number: int) -> None:
     """A leave this process made: its own copy knows at once (others, at their next
-    refresh). A drawn pre-queue number's place is Redis' to know, and the log's."""
+    refresh)."""
     line = _lines.get(event_id)
     if line is None or not line.found:
         return
     with line.lock:
+        if line.drawn(number):
+            place = line.position(number)
+            if place is not None:
+                line._left(place)
+            return
         if line.draw in (b"PENDING", b"DONE") and (line.draw_size is None or number <= line.draw_size):
             if line.draw == b"PENDING":
                 line.left_pre.add(number)

@@ -361,7 +361,7 @@ def queue_poll(*, event_id: str, token: Token) -> Position:
     """A waiting person is answered from the process's copy of the line
     (queue_app/line.py); everyone else, and anyone it cannot place, by Redis."""
     number = issued(event_id, token)
-    reply = line.current(event_id).answer(token.raw, number)
+    reply = line.current(event_id, number).answer(token.raw, number)
     if reply is None:
         reply = r.run(*_poll_call(event_id, token))
     return _position(event_id, token, reply)
@@ -369,7 +369,7 @@ def queue_poll(*, event_id: str, token: Token) -> Position:
 
 async def aqueue_poll(*, event_id: str, token: Token) -> Position:
     number = issued(event_id, token)
-    reply = (await line.acurrent(event_id)).answer(token.raw, number)
+    reply = (await line.acurrent(event_id, number)).answer(token.raw, number)
     if reply is None:
         reply = await r.arun(*_poll_call(event_id, token))
     return _position(event_id, token, reply)

@@ -214,8 +214,9 @@ def test_two_million_waiting_still_admit_exactly_the_batch(make_event, rc):
     # The line is counters; per waiting person Redis holds only the 2-byte nonce
     # that tells a number's holder from a holder of the same number after a rollback.
     held = {name: rc.memory_usage(name, samples=0) for name in rc.scan_iter(match=k.pattern(), count=1000)}
+    # (A growing string keeps up to 1 MiB spare, and the allocator rounds up.)
     nonces = held.pop(k.nonces.encode())
-    assert nonces < 2.1 * 2_000_000
+    assert nonces < 2.75 * 2_000_000
     assert sum(held.values()) < 4_000
 
 

@@ -6,6 +6,7 @@ server or the beat would: this process only learns of it by refreshing its copy.
 
 import asyncio
 import bisect
+import dataclasses
 import threading
 import time
 import uuid
@@ -132,3 +133,67 @@ def test_nobody_is_shown_admitted_or_may_book_before_the_tick_admitted_them(make
     assert 16 not in booked_at  # never admitted: never allowed to book
     booking_app_outbox = r.event_keys(event.event_id).outbox
     r.client().delete(booking_app_outbox)  # the three Redis steps, never decided: not this test's
+
+
+@pytest.mark.parametrize("lane", ["sync", "async"])
+def test_the_copy_answers_a_drawn_pre_queue_as_redis_does(make_event, lane):
+    """After a scheduled start's draw, the copy answers the drawn pre-queue from the
+    positions it reads once per chunk: the same answer as lua/poll.lua, for people
+    who left before the draw, during it and after it, for people admitted, and for
+    arrivals after the start. Between refreshes, no more reads."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from queue_app import draw
+    from queue_app.models import Event
+
+    event = make_event(opens_at=timezone.now() + timedelta(hours=1), admit_per_second=7)
+    services.queue_join_many(event_id=event.event_id, count=2 * line.POSITIONS_CHUNK + 50)
+    people = [line_token(event.event_id, n) for n in range(1, 2 * line.POSITIONS_CHUNK + 51)]
+    for n in (3, 40, line.POSITIONS_CHUNK + 1):
+        _leave_elsewhere(event.event_id, n)  # before the start
+    Event.objects.filter(pk=event.pk).update(opens_at=timezone.now() - timedelta(milliseconds=5))
+    event.refresh_from_db()
+    services.event_publish(event)
+    services.event_admit(event.event_id)  # DRAW_DUE: the pre-queue closes
+    _leave_elsewhere(event.event_id, 41)  # while drawing
+    services.queue_join_many(event_id=event.event_id, count=30)  # after the start
+    assert draw.run(event.event_id).outcome == "DONE"
+    people += [line_token(event.event_id, n) for n in range(len(people) + 1, len(people) + 31)]
+    _leave_elsewhere(event.event_id, 42)  # after the draw
+    _leave_elsewhere(event.event_id, len(people))  # a late arrival
+    r.client().delete(r.event_keys(event.event_id).tick)
+    assert services.event_admit(event.event_id).admitted == 7
+
+    def copy(number: int) -> list | None:
+        if lane == "sync":
+            return line.current(event.event_id, number).answer(people[number - 1].raw, number)
+
+        async def ask() -> list | None:
+            return (await line.acurrent(event.event_id, number)).answer(people[number - 1].raw, number)
+
+        return asyncio.run(ask())
+
+    line.forget()
+    answered = 0
+    for number in [
+        *range(1, 60),
+        *range(line.POSITIONS_CHUNK - 5, line.POSITIONS_CHUNK + 5),
+        *range(len(people) - 40, len(people) + 1),
+    ]:
+        truth = r.run(*services._poll_call(event.event_id, people[number - 1]))
+        mine = copy(number)
+        if mine is not None:
+            token = people[number - 1]
+            shown = [
+                dataclasses.replace(services._position(event.event_id, token, reply), next_poll_ms=0)
+                for reply in (mine, truth)
+            ]
+            assert shown[0] == shown[1], number
+            answered += 1
+        elif truth[0] == b"WAITING":
+            pytest.fail(f"the copy sent a waiting person ({number}) to Redis")
+    assert answered > 100
+    reads = line._lines[event.event_id].positions
+    assert sorted(reads) == [0, 1, 2]  # the chunks these people fell in, once each
