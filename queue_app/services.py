@@ -38,6 +38,15 @@ def parse_token(value: object) -> Token:
         raise DomainError("MISSING_TOKEN", "token is required.")
     if not isinstance(value, str) or len(value) > 45:
         raise validation_error("token must be a UUID string.")
+    if len(value) == 36 and value[8] == value[13] == value[18] == value[23] == "-" and value.islower():
+        # The form this service hands out, as every poll sends it back: read without
+        # building a UUID object.
+        try:
+            raw = bytes.fromhex(value.replace("-", ""))
+        except ValueError:
+            raw = b""  # not hex after all: uuid's own refusal below
+        if len(raw) == 16:  # (fromhex passes over spaces)
+            return Token(value, raw)
     try:
         parsed = uuid.UUID(value)
     except ValueError:
@@ -286,15 +295,20 @@ def next_poll_ms(status: str, rank: int | None, until_start_ms: int | None = Non
     if status == "ACTIVE":
         base = _ACTIVE_POLL_MS
     elif status == "WAITING":
-        base = next((ms for above, ms in _POLL_STEPS_MS if rank is not None and rank > above), 1_000)
+        base = 1_000
+        for above, ms in _POLL_STEPS_MS:
+            if rank is not None and rank > above:
+                base = ms
+                break
     else:
         return 0  # nothing left to wait for
     return int(base * random.uniform(0.8, 1.2))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Position:
-    """What a poll shows a person."""
+    """What a poll shows a person. (Not frozen: a frozen dataclass sets each of its
+    fields through object.__setattr__, a cost paid on every poll.)"""
 
     status: str  # PRE_QUEUE, DRAWING, WAITING, ACTIVE, BOOKED, EXPIRED or NOT_FOUND
     rank: int | None  # 1-based, while WAITING
@@ -324,8 +338,22 @@ def _poll_call(event_id: str, token: Token) -> Call:
     return "poll", keys, [token.raw]
 
 
+# The scripts' words, read once.
+_WORDS = {
+    word.encode(): word
+    for word in (
+        "PRE_QUEUE", "DRAWING", "WAITING", "ACTIVE", "BOOKED", "EXPIRED", "NOT_FOUND", "EVENT_NOT_FOUND",
+        "OPEN", "PAUSED", "CLOSED",
+    )
+}  # fmt: skip
+
+
+def _word(reply: bytes) -> str:
+    return _WORDS.get(reply) or reply.decode()
+
+
 def _position(event_id: str, token: Token, reply: list) -> Position:
-    state = reply[0].decode()
+    state = _word(reply[0])
     if state == "EVENT_NOT_FOUND":
         raise _event_not_found(event_id)
     _, waiting, seats, event_status, detail, rate, opens_at, prequeue, position = reply
@@ -344,7 +372,7 @@ def _position(event_id: str, token: Token, reply: list) -> Position:
         active_expires_at=int(detail) if state == "ACTIVE" else None,
         reservation_id=detail.decode() if state == "BOOKED" else None,
         event_id=event_id,
-        event_status=event_status.decode(),
+        event_status=_word(event_status),
         sold_out=seats <= 0,
         eta_seconds=(
             round((rank - 1) / rate)

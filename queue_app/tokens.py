@@ -57,6 +57,13 @@ class Key:
         block = self.secret.ljust(64, b"\0")
         return bytes(b ^ 0x36 for b in block), bytes(b ^ 0x5C for b in block)
 
+    @cached_property
+    def hashed_pads(self) -> tuple["hashlib._Hash", "hashlib._Hash"]:
+        """SHA-1 states with the pads already hashed: each MAC then hashes only the
+        message, and a poll verifies its token in a few microseconds."""
+        inner, outer = self.pads
+        return hashlib.sha1(inner), hashlib.sha1(outer)
+
 
 @cache
 def keys() -> tuple[Key, ...]:
@@ -99,8 +106,13 @@ def new_nonce() -> bytes:
     return os.urandom(NONCE_BYTES)
 
 
-def _mac(secret: bytes, event_id: str, head: bytes, number: bytes) -> bytes:
-    return hmac.new(secret, event_id.encode() + b"\0" + head + number, hashlib.sha1).digest()
+def _mac(key: Key, event_id: str, head: bytes, number: bytes) -> bytes:
+    """HMAC-SHA1(key, eventId 0x00 head number), from the key's hashed pads."""
+    inner, outer = key.hashed_pads
+    inner, outer = inner.copy(), outer.copy()
+    inner.update(event_id.encode() + b"\0" + head + number)
+    outer.update(inner.digest())
+    return outer.digest()
 
 
 def _assemble(head: bytes, number: bytes, mac: bytes) -> bytes:
@@ -114,7 +126,7 @@ def mint(event_id: str, number: int, gen: bytes | None = None, nonce: bytes | No
     bytes (tests, drills); random ones where none are given."""
     head = (os.urandom(GENERATION_BYTES) if gen is None else gen) + (new_nonce() if nonce is None else nonce)
     encoded = number.to_bytes(5, "big")
-    return _assemble(head, encoded, _mac(keys()[0].secret, event_id, head, encoded))
+    return _assemble(head, encoded, _mac(keys()[0], event_id, head, encoded))
 
 
 def verify(event_id: str, raw: bytes) -> int | None:
@@ -129,6 +141,6 @@ def verify(event_id: str, raw: bytes) -> int | None:
             now = time.time() if now is None else now
             if now > key.until:
                 continue
-        if hmac.compare_digest(_assemble(head, number, _mac(key.secret, event_id, head, number)), raw):
+        if hmac.compare_digest(_assemble(head, number, _mac(key, event_id, head, number)), raw):
             return int.from_bytes(number, "big")
     return None

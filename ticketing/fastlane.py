@@ -17,7 +17,6 @@ answer, and the lane needs no rules of its own. Refusals of substance (an unknow
 event, a closed one, RATE_LIMIT) are `DomainError`s, rendered as DRF renders them.
 """
 
-import asyncio
 import gc
 import logging
 import time
@@ -29,6 +28,7 @@ import orjson
 from django.conf import settings
 from django.urls import URLPattern, URLResolver, get_resolver
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from rest_framework import serializers
 from rest_framework.fields import empty
 
 from ticketing import metrics
@@ -72,8 +72,19 @@ class FastRoute:
         self.counted = view.counted_refusals
         self.client = view.fast_client
         self.output = [
-            (name, field.source, field.to_representation) for name, field in view.Output().fields.items()
+            (name, field.source, _SHOWN_AS_IS.get(type(field)), field.to_representation)
+            for name, field in view.Output().fields.items()
         ]
+
+
+# Output fields whose to_representation gives back a value of this exact type
+# unchanged: such a value is written as it is, without the call.
+_SHOWN_AS_IS = {
+    serializers.IntegerField: int,
+    serializers.CharField: str,
+    serializers.ChoiceField: str,  # (the choices are strings that stand for themselves)
+    serializers.BooleanField: bool,
+}
 
 
 def find_routes(patterns: list | None = None, prefix: str = "/") -> dict[str, FastRoute]:
@@ -184,18 +195,18 @@ class FastLane:
                 return await self.app(scope, receive, send)
             return await self.app(body.measured(scope), body.replay(receive), send)
         try:
-            async with asyncio.timeout(r.ASYNC_REQUEST_TIMEOUT):
-                if route.throttles or route.client is not None:
-                    meta = _meta(scope)
-                    for throttle in route.throttles:
-                        await throttle.acheck(meta)
-                    if route.client is not None:
-                        kwargs["client"] = route.client(meta)
-                result = await route.service(**kwargs)
+            # (Every Redis command of the lane is bounded by the batcher's timer.)
+            if route.throttles or route.client is not None:
+                meta = _meta(scope)
+                for throttle in route.throttles:
+                    await throttle.acheck(meta)
+                if route.client is not None:
+                    kwargs["client"] = route.client(meta)
+            result = await route.service(**kwargs)
             data = {}
-            for name, source, shape in route.output:
+            for name, source, kind, shape in route.output:
                 value = getattr(result, source)
-                data[name] = None if value is None else shape(value)
+                data[name] = value if value is None or type(value) is kind else shape(value)
             status, headers, payload = 200, _JSON, orjson.dumps({"success": True, "data": data})
         except Exception as exc:  # every answer is in the envelope, a bug's too
             if isinstance(exc, TimeoutError):
@@ -221,7 +232,7 @@ class FastLane:
                 query = scope["query_string"].decode("ascii")
             except UnicodeDecodeError:
                 raise _Refused from None
-            return dict(parse_qsl(query, keep_blank_values=True))
+            return _query(query)
         content_type = None
         for name, value in scope["headers"]:
             if name == b"content-type":
@@ -256,6 +267,20 @@ class FastLane:
                 await r.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def _query(query: str) -> dict[str, str]:
+    """The query string's fields, as `parse_qsl` reads them (blank values kept, the
+    last of a repeated name wins); without escapes, split here, at a fraction of its
+    cost on every poll."""
+    if "%" in query or "+" in query:
+        return dict(parse_qsl(query, keep_blank_values=True))
+    fields = {}
+    for part in query.split("&"):
+        if part:
+            name, _, value = part.partition("=")
+            fields[name] = value
+    return fields
 
 
 def _has_session(scope: Scope) -> bool:

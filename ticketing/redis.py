@@ -33,6 +33,10 @@ OWNER_BUCKET_BYTES = 2
 
 _client: redis.Redis | None = None
 
+# A fast-lane command that has not had its answer from Redis by then fails, and its
+# request with 503.
+ASYNC_REQUEST_TIMEOUT = 5.0
+
 
 class Batcher:
     """The asyncio client, with the commands of one event-loop turn sent together.
@@ -43,11 +47,16 @@ class Batcher:
     loop go out as one pipeline instead (one write, one read); each caller still
     gets its own reply or error. Pipelines of successive turns run concurrently,
     on connections of the client's pool.
+
+    Each turn's commands share one timer: those still unanswered after
+    ASYNC_REQUEST_TIMEOUT fail with TimeoutError (a stuck Redis fails requests in
+    seconds), at the cost of one timer per turn rather than one per request.
     """
 
     def __init__(self, client: redis.asyncio.Redis) -> None:
         self.client = client
         self.pending: list[tuple[tuple, asyncio.Future]] = []
+        self.timer: asyncio.TimerHandle | None = None  # the pending commands' deadline
         self.sending: set[asyncio.Task] = set()  # held, or the loop might drop them midway
         # Never more pipelines in flight than the pool has connections: past that the
         # pool would refuse one. Commands arriving meanwhile wait, and go out
@@ -57,16 +66,18 @@ class Batcher:
     def execute(self, *args: Any) -> asyncio.Future:
         loop = asyncio.get_running_loop()
         future = loop.create_future()
-        if not self.pending and len(self.sending) < self.limit:
-            loop.call_soon(self._flush)
+        if not self.pending:
+            self.timer = loop.call_later(ASYNC_REQUEST_TIMEOUT, _expire, self.pending)
+            if len(self.sending) < self.limit:
+                loop.call_soon(self._flush)
         self.pending.append((args, future))
         return future
 
     def _flush(self) -> None:
         if not self.pending or len(self.sending) >= self.limit:
             return  # sent already, or `_sent` sends it when a connection frees
-        batch, self.pending = self.pending, []
-        task = asyncio.ensure_future(self._send(batch))
+        batch, timer, self.pending = self.pending, self.timer, []
+        task = asyncio.ensure_future(self._send(batch, timer))
         self.sending.add(task)
         task.add_done_callback(self._sent)
 
@@ -74,7 +85,13 @@ class Batcher:
         self.sending.discard(task)
         self._flush()
 
-    async def _send(self, batch: list[tuple[tuple, asyncio.Future]]) -> None:
+    async def _send(self, batch: list[tuple[tuple, asyncio.Future]], timer: asyncio.TimerHandle) -> None:
+        try:
+            await self._pipeline(batch)
+        finally:
+            timer.cancel()
+
+    async def _pipeline(self, batch: list[tuple[tuple, asyncio.Future]]) -> None:
         pipe = self.client.pipeline(transaction=False)
         for args, _ in batch:
             pipe.execute_command(*args)
@@ -89,6 +106,12 @@ class Batcher:
                 future.set_exception(reply)
             else:
                 future.set_result(reply)
+
+
+def _expire(batch: list[tuple[tuple, asyncio.Future]]) -> None:
+    for _, future in batch:
+        if not future.done():
+            future.set_exception(TimeoutError("no answer from Redis in time"))
 
 
 # One per event loop (a uvicorn worker has one; tests may have more).
@@ -121,10 +144,6 @@ def batcher() -> Batcher:
         found = Batcher(redis.asyncio.Redis.from_url(settings.CACHES["default"]["LOCATION"], **options))
         _batchers[loop] = found
     return found
-
-
-# A fast-lane request that has not had its Redis answer by then fails with 503.
-ASYNC_REQUEST_TIMEOUT = 5.0
 
 
 async def aclose() -> None:

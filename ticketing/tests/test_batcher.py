@@ -32,3 +32,41 @@ def test_a_pool_of_two_serves_a_thousand_callers_over_fifty_turns(redis_url: str
     replies, most = asyncio.run(_many_turns(redis_url, pool_size=2, callers=1000))
     assert replies == [str(i).encode() for i in range(1000)]
     assert most == 2  # the pool's size: both connections were used, never a third
+
+
+def test_commands_a_stuck_redis_never_answers_fail_in_time(monkeypatch) -> None:
+    """A server that accepts connections and never answers (a Redis stopped with
+    SIGSTOP looks like this): every command of the turn fails with TimeoutError once
+    ASYNC_REQUEST_TIMEOUT has passed, and a later turn's commands get their own time."""
+    import socket
+    import time
+
+    from ticketing import redis as r
+
+    monkeypatch.setattr(r, "ASYNC_REQUEST_TIMEOUT", 0.3)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(16)
+        port = server.getsockname()[1]
+
+        async def main() -> tuple[list, float, list]:
+            client = redis.asyncio.Redis(host="127.0.0.1", port=port, protocol=2)
+            batcher = Batcher(client)
+            try:
+                started = time.monotonic()
+                first = await asyncio.gather(
+                    *(batcher.execute("GET", f"k{i}") for i in range(5)), return_exceptions=True
+                )
+                took = time.monotonic() - started
+                await asyncio.sleep(0.1)
+                second = await asyncio.gather(batcher.execute("GET", "x"), return_exceptions=True)
+            finally:
+                for task in batcher.sending:
+                    task.cancel()
+                await client.aclose(close_connection_pool=True)
+            return first, took, second
+
+        first, took, second = asyncio.run(main())
+    assert all(isinstance(reply, TimeoutError) for reply in first), first
+    assert 0.25 <= took < 1.5
+    assert isinstance(second[0], TimeoutError)
