@@ -125,12 +125,13 @@ async def app(scope: dict, receive: Callable[[], Awaitable[dict]], send: Callabl
 
 
 class Worker(UvicornWorker):
-    """As the app's worker (ticketing/gunicorn_conf.py): uvloop, httptools, no access
-    log, no Server header; the lifespan loads the script."""
+    """As the app's worker (ticketing/gunicorn_conf.py): uvloop, httptools with the
+    writes of a loop turn sent together, no access log, no Server header; the
+    lifespan loads the script."""
 
     CONFIG_KWARGS = {
         "loop": "uvloop",
-        "http": "httptools",
+        "http": "ticketing.gunicorn_conf:Protocol",
         "lifespan": "on",
         "access_log": False,
         "proxy_headers": False,

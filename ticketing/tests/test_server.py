@@ -16,6 +16,7 @@ Two things only a real server shows:
   within a second, again and again.
 """
 
+import contextlib
 import json
 import logging
 import os
@@ -325,3 +326,46 @@ def test_a_chunked_body_over_the_limit_is_refused_413(gunicorn, event) -> None:
         f"{base}/api/booking", data=_chunks(body), headers={"Content-Type": "application/json"}, timeout=10
     )
     assert (resp.status_code, resp.json()["error"]["code"]) == (413, "PAYLOAD_TOO_LARGE")
+
+
+async def _held_then_sent(close: bool) -> tuple[bytes, bytes]:
+    """Two writes through `_Coalesced` over a real uvloop transport: what the peer
+    could read before the loop turn ended, and what it read after."""
+    import asyncio
+
+    from ticketing.gunicorn_conf import _Coalesced
+
+    loop = asyncio.get_running_loop()
+    ours, peer = socket.socketpair()
+    peer.setblocking(False)
+    transport, _ = await loop.create_connection(asyncio.Protocol, sock=ours)
+    coalesced = _Coalesced(transport, loop)
+    coalesced.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")
+    coalesced.write(b"{}")
+    try:
+        before = peer.recv(4096)
+    except BlockingIOError:
+        before = b""
+    if close:
+        coalesced.close()
+    await asyncio.sleep(0.05)  # the turn ends; the held writes leave
+    after = b""
+    with contextlib.suppress(BlockingIOError):
+        while chunk := peer.recv(4096):
+            after += chunk
+    if not close:
+        transport.close()
+    peer.close()
+    return before, after
+
+
+@pytest.mark.parametrize("close", [False, True], ids=["kept-alive", "closed"])
+def test_the_writes_of_one_loop_turn_leave_together(close) -> None:
+    """A response's head and body leave as one send at the end of the turn they
+    were written in (not one each as they are written); a close sends what is held
+    before closing."""
+    import uvloop
+
+    before, after = uvloop.run(_held_then_sent(close))
+    assert before == b""
+    assert after == b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}"
