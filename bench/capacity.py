@@ -27,6 +27,8 @@ import sys
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
 # --- Unit costs ---------------------------------------------------------------------
 #
 # Per request of each kind, measured by `bench/sale.py --units-only` against the real
@@ -52,6 +54,7 @@ class Unit:
     http_in: float
     http_out: float
     pg_ms: float = 0.0
+    redis_inside_us: float = 0.0  # of redis_us, the time inside the scripts (INFO commandstats)
 
 
 @dataclass(frozen=True)
@@ -78,37 +81,104 @@ class Units:
     background_redis_out_per_s: float = 0.0
 
 
-# Filled in from the runs of docs/scaling.md ("Unit costs measured").
-MEDIAN = Units(
-    page=Unit(2.9, 16, 1.0, 120, 60, 290, 5400),
-    join=Unit(0.095, 22, 1.0, 500, 110, 380, 300),
-    poll_wait=Unit(0.078, 0.2, 0.003, 0.5, 1.0, 390, 330),
-    poll_redis=Unit(0.095, 10, 1.0, 300, 200, 390, 330),
-    leave=Unit(0.09, 12, 1.0, 300, 30, 400, 240),
-    book=Unit(3.0, 35, 3.0, 600, 200, 480, 290, pg_ms=0.5),
-    refresh_cmds_per_proc_s=6.0,
-    refresh_redis_us_per_proc_s=100.0,
-    refresh_redis_out_per_proc_s=800.0,
-    celery_cores=0.02,
+# Medians of the runs of docs/scaling.md ("Unit costs measured"), printed by
+# `bench/capacity.py --emit bench/results/sale-*.json`. BATCHED: each kind driven
+# as fast as the server answers (its event loop and Redis take many requests per
+# turn); UNBATCHED: the same at a third of that rate, as a crowd spread out sends them.
+BATCHED = Units(
+    page=Unit(
+        web_ms=3.371,
+        redis_us=0.4,
+        redis_cmds=0.024,
+        redis_in=2,
+        redis_out=2,
+        http_in=307,
+        http_out=7975,
+        pg_ms=0.2,
+    ),
+    join=Unit(
+        web_ms=0.176, redis_us=37.7, redis_cmds=8.003, redis_in=906, redis_out=59, http_in=380, http_out=285
+    ),
+    poll_wait=Unit(
+        web_ms=0.1, redis_us=0.0, redis_cmds=0.0, redis_in=0, redis_out=0, http_in=366, http_out=469
+    ),
+    poll_redis=Unit(
+        web_ms=0.101, redis_us=22.3, redis_cmds=13.01, redis_in=707, redis_out=81, http_in=366, http_out=472
+    ),
+    leave=Unit(
+        web_ms=0.079, redis_us=12.2, redis_cmds=9.06, redis_in=697, redis_out=14, http_in=369, http_out=181
+    ),
+    book=Unit(
+        web_ms=3.336,
+        redis_us=214.1,
+        redis_cmds=28.04,
+        redis_in=1358,
+        redis_out=81,
+        http_in=438,
+        http_out=480,
+        pg_ms=0.76,
+    ),
+    refresh_cmds_per_proc_s=40.7,
+    refresh_redis_us_per_proc_s=959,
+    refresh_redis_out_per_proc_s=0,
+    celery_cores=0.012,
 )
+UNBATCHED = BATCHED
 
 
-def scaled(units: Units, factor: float) -> Units:
-    """Every CPU cost times `factor` (bytes and commands unchanged): the range."""
+def mix(web: list[Units], redis: Units, redis_factor: float = 1.0) -> Units:
+    """The web tier's and Postgres' costs averaged over `web`, Redis' of `redis`
+    (times `redis_factor`); bytes and commands are the same in every regime."""
 
-    def cpu(u: Unit) -> Unit:
-        return replace(u, web_ms=u.web_ms * factor, redis_us=u.redis_us * factor, pg_ms=u.pg_ms * factor)
+    def one(kind: str) -> Unit:
+        r = getattr(redis, kind)
+        ws = [getattr(w, kind) for w in web]
+        return replace(
+            r,
+            web_ms=sum(w.web_ms for w in ws) / len(ws),
+            pg_ms=sum(w.pg_ms for w in ws) / len(ws),
+            redis_us=r.redis_us * redis_factor,
+        )
 
     return replace(
-        units,
-        **{k: cpu(getattr(units, k)) for k in KINDS},
-        refresh_redis_us_per_proc_s=units.refresh_redis_us_per_proc_s * factor,
-        celery_cores=units.celery_cores * factor,
+        redis,
+        **{k: one(k) for k in KINDS},
+        refresh_redis_us_per_proc_s=redis.refresh_redis_us_per_proc_s * redis_factor,
+        background_redis_us_per_s=redis.background_redis_us_per_s * redis_factor,
     )
 
 
-# The spread of the CPU costs over the measured runs (docs/scaling.md).
-LOW_FACTOR, HIGH_FACTOR = 0.8, 1.35
+# The range (docs/scaling.md, "Which unit costs"). A web process pays less per
+# request the busier it is (more requests per turn of its loop): in the sale's
+# check, at half a core, it paid between the batched and the unbatched cost. The
+# hot event's node gets each process's few commands unbatched, and at a trickle
+# more still (the sale's admission window: ~1.5 x the unbatched cost).
+COLUMNS = {
+    "low": BATCHED,
+    "median": mix([BATCHED, UNBATCHED], UNBATCHED),
+    "high": mix([UNBATCHED], UNBATCHED, 1.5),
+}
+MEDIAN = COLUMNS["median"]
+
+
+def median_units(paths: list[Path], regime: str) -> Units:
+    """The median of each unit cost over `bench/sale.py` runs (their JSON)."""
+    from statistics import median
+
+    from bench.sale import units_for_model
+
+    runs = [json.loads(path.read_text()) for path in paths]
+    found = [
+        r.get("model_units" + regime) or asdict(units_for_model(r["units"], regime, r.get("background")))
+        for r in runs
+    ]
+    out: dict = {}
+    for key, value in found[0].items():
+        if isinstance(value, dict):
+            out[key] = Unit(**{n: round(median(f[key].get(n, 0.0) for f in found), 4) for n in value})
+        else:
+            out[key] = round(median(f[key] for f in found), 4)
+    return Units(**out)
 
 
 def units_from_json(path: Path) -> Units:
@@ -210,22 +280,31 @@ def load(rates: dict[str, float], units: Units, web_processes: int, events: int 
     refreshes = web_processes * events
     http_in = sum(r * (u[k].http_in + TCP_IP_BYTES) for k, r in rates.items())
     http_out = sum(r * (u[k].http_out + TCP_IP_BYTES) for k, r in rates.items())
+    per_s = {
+        name: sum(r * getattr(u[k], name) for k, r in rates.items())
+        for name in ("web_ms", "redis_us", "redis_cmds", "redis_in", "redis_out", "pg_ms")
+    }
     return Load(
-        web_cores=sum(r * u[k].web_ms for k, r in rates.items()) / 1e3,
+        web_cores=per_s["web_ms"] / 1e3,
         redis_cores=(
-            sum(r * u[k].redis_us for k, r in rates.items()) + refreshes * units.refresh_redis_us_per_proc_s
+            per_s["redis_us"]
+            + refreshes * units.refresh_redis_us_per_proc_s
+            + units.background_redis_us_per_s
         )
         / 1e6,
-        redis_cmds_per_s=sum(r * u[k].redis_cmds for k, r in rates.items())
-        + refreshes * units.refresh_cmds_per_proc_s,
-        redis_in_mb_s=sum(r * u[k].redis_in for k, r in rates.items()) / 1e6,
+        redis_cmds_per_s=per_s["redis_cmds"]
+        + refreshes * units.refresh_cmds_per_proc_s
+        + units.background_redis_cmds_per_s,
+        redis_in_mb_s=(per_s["redis_in"] + units.background_redis_in_per_s) / 1e6,
         redis_out_mb_s=(
-            sum(r * u[k].redis_out for k, r in rates.items()) + refreshes * units.refresh_redis_out_per_proc_s
+            per_s["redis_out"]
+            + refreshes * units.refresh_redis_out_per_proc_s
+            + units.background_redis_out_per_s
         )
         / 1e6,
         http_in_mb_s=http_in / 1e6,
         http_out_mb_s=http_out / 1e6,
-        pg_cores=sum(r * u[k].pg_ms for k, r in rates.items()) / 1e3,
+        pg_cores=per_s["pg_ms"] / 1e3,
         celery_cores=units.celery_cores * events,
         requests_per_s=sum(rates.values()),
     )
@@ -237,43 +316,51 @@ class Plan:
 
     web_processes: int
     web_cores: float
-    redis_event_node_busy: float  # of one core: the hot event's node
+    redis_event_node_busy: float  # cores: the hot event's node (Redis runs commands on one)
     redis_nodes: int
-    max_joins_per_s_per_event: float
+    joins_per_s_event_node: float  # arrivals one event's node seats at the target
+    seconds_to_seat_everyone: float  # `waiting` arrivals at min(arrivals, that) per second
+    joins_per_s_inside_only: float  # the same if I/O threads took all but the scripts' time
     load: Load
 
 
 def plan(crowd: Crowd, units: Units, target: float = 0.65) -> Plan:
     """Web processes (one core each: a uvicorn worker is one event loop) so that each
-    is `target` busy; Redis nodes: each hot event's node (a slot is never split), plus
-    one for everything else (rate limits, metrics, sessions), each with a replica."""
+    is `target` busy; the hot event's Redis node (a slot is never split, so its load
+    is one core's, whatever the cluster) and the arrivals it seats at `target`; Redis
+    nodes: one per hot event plus one for the rest (rate limits, metrics, sessions),
+    each with a replica."""
     rates = crowd.rates()
-    # The processes' own refreshes are a fixed cost on Redis, not on the web: iterate once.
+    # The processes' refreshes cost Redis, not the web: the web count comes first.
     procs = max(1, math.ceil(load(rates, units, 1, crowd.events).web_cores / target))
     found = load(rates, units, procs, crowd.events)
-    per_event = replace(crowd, events=1)
-    node = load(per_event.rates(), units, procs, 1).redis_cores
-    nodes_per_event = 1  # one event's keys are one slot: more nodes do not help it
-    joins_cap = target * 1e6 / units.join.redis_us if units.join.redis_us else math.inf
+    node = load(replace(crowd, events=1).rates(), units, procs, 1).redis_cores
+    # A join's Redis cost: the join script, and its first poll (Redis answers it).
+    per_join = (units.join.redis_us + units.poll_redis.redis_us) / 1e6
+    rest = node - crowd.arrivals_per_s * per_join
+    seats = max(0.0, target - rest) / per_join if per_join else math.inf
+    inside = (units.join.redis_inside_us + units.poll_redis.redis_inside_us) / 1e6
     return Plan(
+        joins_per_s_inside_only=target / inside if inside else math.nan,
         web_processes=procs,
         web_cores=found.web_cores,
         redis_event_node_busy=node,
-        redis_nodes=(crowd.events * nodes_per_event + 1) * 2,
-        max_joins_per_s_per_event=joins_cap,
+        redis_nodes=(crowd.events + 1) * 2,
+        joins_per_s_event_node=seats,
+        seconds_to_seat_everyone=crowd.waiting / min(seats, crowd.arrivals_per_s) if seats else math.inf,
         load=found,
     )
 
 
-def table(crowd: Crowd, target: float = 0.65, units: Units = MEDIAN) -> str:
+def table(crowd: Crowd, target: float = 0.65, columns: dict[str, Units] | None = None) -> str:
     """The answer in three columns: cheap, median and dear unit costs."""
-    cols = [("low", scaled(units, LOW_FACTOR)), ("median", units), ("high", scaled(units, HIGH_FACTOR))]
-    plans = [(name, plan(crowd, u, target)) for name, u in cols]
+    plans = [(name, plan(crowd, u, target)) for name, u in (columns or COLUMNS).items()]
     rates = crowd.rates()
+    polls = sum(v for k, v in rates.items() if k.startswith("poll"))
     lines = [
-        f"crowd: {crowd.waiting:,} waiting, {sum(v for k, v in rates.items() if k.startswith('poll')):,.0f} polls/s, "
-        f"{crowd.arrivals_per_s:,.0f} arrivals/s, {crowd.leaves_per_s:,.0f} leaves/s, "
-        f"{crowd.admit_per_s:g} admitted/s, {rates['book']:,.0f} bookings/s; web processes {target:.0%} busy",
+        f"crowd: {crowd.waiting:,} waiting, {polls:,.0f} polls/s, {crowd.arrivals_per_s:,.0f} arrivals/s "
+        f"({crowd.page_loads_per_arrival:g} page load each), {crowd.leaves_per_s:,.0f} leaves/s, "
+        f"{crowd.admit_per_s:g} admitted/s, {rates['book']:,.0f} bookings/s; target {target:.0%} busy",
         "requests/s: " + ", ".join(f"{k} {v:,.0f}" for k, v in rates.items()),
         "",
         f"| | {' | '.join(name for name, _ in plans)} |",
@@ -284,20 +371,25 @@ def table(crowd: Crowd, target: float = 0.65, units: Units = MEDIAN) -> str:
         lines.append(f"| {label} | {' | '.join(format(get(p), fmt) for _, p in plans)} |")
 
     row("web processes (one core each)", ",d", lambda p: p.web_processes)
-    row("web CPU, cores", ",.1f", lambda p: p.web_cores)
-    row("the hot event's Redis node, cores busy", ".2f", lambda p: p.redis_event_node_busy)
-    row("Redis commands/s on that node", ",.0f", lambda p: p.load.redis_cmds_per_s)
-    row(f"joins/s one event's node takes at {target:.0%}", ",.0f", lambda p: p.max_joins_per_s_per_event)
-    row("Redis nodes (event + rest, with replicas)", "d", lambda p: p.redis_nodes)
+    row("web CPU, cores", ",.0f", lambda p: p.web_cores)
+    row("the hot event's Redis node, cores (1 is all it has)", ".2f", lambda p: p.redis_event_node_busy)
+    row("Redis commands/s on it (a script's own counted)", ",.0f", lambda p: p.load.redis_cmds_per_s)
+    row(f"joins/s it seats at {target:.0%} of its core", ",.0f", lambda p: p.joins_per_s_event_node)
+    row("seconds until everyone has joined", ",.0f", lambda p: p.seconds_to_seat_everyone)
+    row("joins/s if I/O threads left it only the scripts' time", ",.0f", lambda p: p.joins_per_s_inside_only)
+    row("Redis nodes (the event's + the rest, each with a replica)", "d", lambda p: p.redis_nodes)
     row(
         "Redis network in / out, MB/s",
         "",
-        lambda p: f"{p.load.redis_in_mb_s:.1f} / {p.load.redis_out_mb_s:.1f}",
+        lambda p: f"{p.load.redis_in_mb_s:.0f} / {p.load.redis_out_mb_s:.0f}",
     )
-    row("web network in, MB/s", ",.0f", lambda p: p.load.http_in_mb_s)
-    row("web network out, MB/s", ",.0f", lambda p: p.load.http_out_mb_s)
-    row("web network in + out, Gbit/s", ".2f", lambda p: (p.load.http_in_mb_s + p.load.http_out_mb_s) * 8e-3)
-    row("Postgres, cores executing statements", ".2f", lambda p: p.load.pg_cores)
+    row(
+        "web network in / out, MB/s",
+        "",
+        lambda p: f"{p.load.http_in_mb_s:,.0f} / {p.load.http_out_mb_s:,.0f}",
+    )
+    row("web network, in + out, Gbit/s", ".1f", lambda p: (p.load.http_in_mb_s + p.load.http_out_mb_s) * 8e-3)
+    row("Postgres CPU, cores", ".1f", lambda p: p.load.pg_cores)
     row("Celery worker + beat, cores", ".2f", lambda p: p.load.celery_cores)
     return "\n".join(lines)
 
@@ -313,17 +405,22 @@ def main() -> int:
     parser.add_argument("--polls", type=float, help="polls/s (0: from the nextPollMs table)")
     parser.add_argument("--target", type=float, default=0.65, help="how busy a web process may be")
     parser.add_argument("--units", type=Path, help="a bench/sale.py JSON: its measured unit costs")
-    parser.add_argument("--json", action="store_true", help="the median plan as JSON")
+    parser.add_argument("--json", action="store_true", help="the plans as JSON")
+    parser.add_argument("--emit", type=Path, nargs="+", help="print the median units of these runs' JSON")
     args = parser.parse_args()
+    if args.emit:
+        for regime, name in (("", "BATCHED"), ("_paced", "UNBATCHED")):
+            print(f"{name} = {median_units(args.emit, regime)!r}")
+        return 0
     given = {f.name: getattr(args, f.name) for f in fields(Crowd) if getattr(args, f.name) is not None}
     if args.polls is not None:
         given["polls_per_s"] = args.polls
     crowd = Crowd(**given)
-    units = units_from_json(args.units) if args.units else MEDIAN
+    columns = {"measured": units_from_json(args.units)} if args.units else COLUMNS
     if args.json:
-        print(json.dumps(asdict(plan(crowd, units, args.target)), indent=2))
+        print(json.dumps({k: asdict(plan(crowd, u, args.target)) for k, u in columns.items()}, indent=2))
     else:
-        print(table(crowd, args.target, units))
+        print(table(crowd, args.target, columns))
     return 0
 
 
