@@ -87,43 +87,156 @@ class Units:
 # turn); UNBATCHED: the same at a third of that rate, as a crowd spread out sends them.
 BATCHED = Units(
     page=Unit(
-        web_ms=3.371,
-        redis_us=0.4,
-        redis_cmds=0.024,
-        redis_in=2,
-        redis_out=2,
-        http_in=307,
-        http_out=7975,
-        pg_ms=0.2,
+        web_ms=4.6232,
+        redis_us=0.368,
+        redis_cmds=0.0249,
+        redis_in=2.152,
+        redis_out=1.7069,
+        http_in=307.0,
+        http_out=7975.0,
+        pg_ms=0.2399,
+        redis_inside_us=0.0,
     ),
     join=Unit(
-        web_ms=0.176, redis_us=37.7, redis_cmds=8.003, redis_in=906, redis_out=59, http_in=380, http_out=285
+        web_ms=0.1373,
+        redis_us=34.296,
+        redis_cmds=8.0051,
+        redis_in=936.635,
+        redis_out=59.2647,
+        http_in=380.0,
+        http_out=285.0,
+        pg_ms=0.0003,
+        redis_inside_us=33.7134,
     ),
     poll_wait=Unit(
-        web_ms=0.1, redis_us=0.0, redis_cmds=0.0, redis_in=0, redis_out=0, http_in=366, http_out=469
+        web_ms=0.0904,
+        redis_us=0.0,
+        redis_cmds=0.0,
+        redis_in=0.0,
+        redis_out=0.0,
+        http_in=366.0,
+        http_out=470.2324,
+        pg_ms=0.0,
+        redis_inside_us=0.0,
     ),
     poll_redis=Unit(
-        web_ms=0.101, redis_us=22.3, redis_cmds=13.01, redis_in=707, redis_out=81, http_in=366, http_out=472
+        web_ms=0.1142,
+        redis_us=26.4724,
+        redis_cmds=13.0106,
+        redis_in=705.627,
+        redis_out=81.4534,
+        http_in=366.0,
+        http_out=472.0,
+        pg_ms=0.0,
+        redis_inside_us=29.3136,
     ),
     leave=Unit(
-        web_ms=0.079, redis_us=12.2, redis_cmds=9.06, redis_in=697, redis_out=14, http_in=369, http_out=181
+        web_ms=0.1191,
+        redis_us=19.4807,
+        redis_cmds=9.0638,
+        redis_in=696.6655,
+        redis_out=14.3445,
+        http_in=369.0,
+        http_out=181.0,
+        pg_ms=0.0,
+        redis_inside_us=14.6905,
     ),
     book=Unit(
-        web_ms=3.336,
-        redis_us=214.1,
-        redis_cmds=28.04,
-        redis_in=1358,
-        redis_out=81,
-        http_in=438,
-        http_out=480,
-        pg_ms=0.76,
+        web_ms=5.0552,
+        redis_us=340.0802,
+        redis_cmds=28.0498,
+        redis_in=1366.9416,
+        redis_out=81.5083,
+        http_in=438.0,
+        http_out=480.0,
+        pg_ms=1.0381,
+        redis_inside_us=209.1755,
     ),
-    refresh_cmds_per_proc_s=40.7,
-    refresh_redis_us_per_proc_s=959,
-    refresh_redis_out_per_proc_s=0,
-    celery_cores=0.012,
+    refresh_cmds_per_proc_s=40.1693,
+    refresh_redis_us_per_proc_s=707.8503,
+    refresh_redis_out_per_proc_s=106.9232,
+    celery_cores=0.0173,
+    background_redis_us_per_s=2164.4662,
+    background_redis_cmds_per_s=41.266,
+    background_redis_in_per_s=13680.8768,
+    background_redis_out_per_s=1997.0749,
 )
-UNBATCHED = BATCHED
+UNBATCHED = Units(
+    page=Unit(
+        web_ms=4.9609,
+        redis_us=1.9959,
+        redis_cmds=0.0582,
+        redis_in=5.0204,
+        redis_out=4.9683,
+        http_in=307.0,
+        http_out=7975.0,
+        pg_ms=0.3407,
+        redis_inside_us=0.0,
+    ),
+    join=Unit(
+        web_ms=0.2586,
+        redis_us=64.9998,
+        redis_cmds=8.0026,
+        redis_in=905.2254,
+        redis_out=58.8521,
+        http_in=380.0,
+        http_out=285.0,
+        pg_ms=0.0,
+        redis_inside_us=49.9175,
+    ),
+    poll_wait=Unit(
+        web_ms=0.1187,
+        redis_us=0.0,
+        redis_cmds=0.0,
+        redis_in=0.0,
+        redis_out=0.0,
+        http_in=366.0,
+        http_out=470.0308,
+        pg_ms=0.0,
+        redis_inside_us=0.0,
+    ),
+    poll_redis=Unit(
+        web_ms=0.2334,
+        redis_us=54.2385,
+        redis_cmds=13.0229,
+        redis_in=692.2943,
+        redis_out=81.2546,
+        http_in=366.0,
+        http_out=472.0,
+        pg_ms=0.0,
+        redis_inside_us=42.0669,
+    ),
+    leave=Unit(
+        web_ms=0.2472,
+        redis_us=47.4471,
+        redis_cmds=9.0083,
+        redis_in=463.687,
+        redis_out=11.1524,
+        http_in=369.0,
+        http_out=181.0,
+        pg_ms=0.0,
+        redis_inside_us=29.4315,
+    ),
+    book=Unit(
+        web_ms=6.7473,
+        redis_us=436.3867,
+        redis_cmds=28.0611,
+        redis_in=1340.4218,
+        redis_out=80.4338,
+        http_in=438.0,
+        http_out=480.0,
+        pg_ms=1.3279,
+        redis_inside_us=294.1741,
+    ),
+    refresh_cmds_per_proc_s=38.282,
+    refresh_redis_us_per_proc_s=438.387,
+    refresh_redis_out_per_proc_s=89.994,
+    celery_cores=0.0173,
+    background_redis_us_per_s=2164.4662,
+    background_redis_cmds_per_s=41.266,
+    background_redis_in_per_s=13680.8768,
+    background_redis_out_per_s=1997.0749,
+)
 
 
 def mix(web: list[Units], redis: Units, redis_factor: float = 1.0) -> Units:
@@ -168,14 +281,19 @@ def median_units(paths: list[Path], regime: str) -> Units:
     from bench.sale import units_for_model
 
     runs = [json.loads(path.read_text()) for path in paths]
-    found = [
-        r.get("model_units" + regime) or asdict(units_for_model(r["units"], regime, r.get("background")))
-        for r in runs
-    ]
+    found = [asdict(units_for_model(r["units"], regime, r.get("background"))) for r in runs]
+
+    def middle(values: list[float]) -> float:  # (runs older than a field have 0 for it)
+        return round(median([v for v in values if v] or [0.0]), 4)
+
     out: dict = {}
     for key, value in found[0].items():
         if isinstance(value, dict):
-            out[key] = Unit(**{n: round(median(f[key].get(n, 0.0) for f in found), 4) for n in value})
+            out[key] = Unit(**{n: middle([f[key].get(n, 0.0) for f in found]) for n in value})
+        elif key.startswith(("background_", "celery_")):  # only runs with a background window
+            out[key] = round(
+                median(f[key] for f, r in zip(found, runs, strict=True) if r.get("background")), 4
+            )
         else:
             out[key] = round(median(f[key] for f in found), 4)
     return Units(**out)
@@ -318,9 +436,11 @@ class Plan:
     web_cores: float
     redis_event_node_busy: float  # cores: the hot event's node (Redis runs commands on one)
     redis_nodes: int
-    joins_per_s_event_node: float  # arrivals one event's node seats at the target
+    joins_per_s_event_node: float  # arrivals one event's node seats at the target, doing nothing else
+    refresh_cores: float  # of the node's load: the web processes' refreshes of their copies
     seconds_to_seat_everyone: float  # `waiting` arrivals at min(arrivals, that) per second
     joins_per_s_inside_only: float  # the same if I/O threads took all but the scripts' time
+    refresh_and_tick_cmds_per_s: float  # what the event's node runs for the waiting, however many
     load: Load
 
 
@@ -337,11 +457,12 @@ def plan(crowd: Crowd, units: Units, target: float = 0.65) -> Plan:
     node = load(replace(crowd, events=1).rates(), units, procs, 1).redis_cores
     # A join's Redis cost: the join script, and its first poll (Redis answers it).
     per_join = (units.join.redis_us + units.poll_redis.redis_us) / 1e6
-    rest = node - crowd.arrivals_per_s * per_join
-    seats = max(0.0, target - rest) / per_join if per_join else math.inf
+    seats = target / per_join if per_join else math.inf  # the node doing nothing else
     inside = (units.join.redis_inside_us + units.poll_redis.redis_inside_us) / 1e6
     return Plan(
         joins_per_s_inside_only=target / inside if inside else math.nan,
+        refresh_cores=procs * units.refresh_redis_us_per_proc_s / 1e6,
+        refresh_and_tick_cmds_per_s=procs * units.refresh_cmds_per_proc_s + units.background_redis_cmds_per_s,
         web_processes=procs,
         web_cores=found.web_cores,
         redis_event_node_busy=node,
@@ -374,9 +495,19 @@ def table(crowd: Crowd, target: float = 0.65, columns: dict[str, Units] | None =
     row("web CPU, cores", ",.0f", lambda p: p.web_cores)
     row("the hot event's Redis node, cores (1 is all it has)", ".2f", lambda p: p.redis_event_node_busy)
     row("Redis commands/s on it (a script's own counted)", ",.0f", lambda p: p.load.redis_cmds_per_s)
-    row(f"joins/s it seats at {target:.0%} of its core", ",.0f", lambda p: p.joins_per_s_event_node)
+    row("  of which the copies' refreshes, cores", ".2f", lambda p: p.refresh_cores)
+    row(
+        f"joins/s it seats at {target:.0%} of its core, doing nothing else",
+        ",.0f",
+        lambda p: p.joins_per_s_event_node,
+    )
     row("seconds until everyone has joined", ",.0f", lambda p: p.seconds_to_seat_everyone)
     row("joins/s if I/O threads left it only the scripts' time", ",.0f", lambda p: p.joins_per_s_inside_only)
+    row(
+        "its commands per 1,000 polls of waiting people (refreshes, ticks)",
+        ".1f",
+        lambda p: 1000 * p.refresh_and_tick_cmds_per_s / max(1.0, rates["poll_wait"]),
+    )
     row("Redis nodes (the event's + the rest, each with a replica)", "d", lambda p: p.redis_nodes)
     row(
         "Redis network in / out, MB/s",
