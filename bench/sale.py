@@ -577,6 +577,7 @@ async def run_sale(args: argparse.Namespace, stack: Stack, meter: Meter, client:
         await asyncio.sleep(max(0.0, end - sale.now()))
         b = await asyncio.to_thread(meter.read)
         measured[name] = meter.delta(a, b)
+        measured[name]["span"] = (b.at - sale.start - measured[name]["seconds"], b.at - sale.start)
         d = measured[name]
         rates = {k: v / d["seconds"] for k, v in d["requests"].items()}
         say(
@@ -671,6 +672,13 @@ def report(results: dict) -> str:
             )
         lines.append("")
     lines.append(f"outcomes: {results['sale']['outcomes']}")
+    if "waiting_polls_table_vs_measured" in results:
+        t = results["waiting_polls_table_vs_measured"]
+        lines.append(
+            f"waiting only: {t['waiting']:,.0f} waiting; the nextPollMs table says "
+            f"{t['table_polls_per_s']:,.0f} polls/s, the crowd sent {t['measured_polls_per_s']:,.0f}/s "
+            f"({t['table_polls_per_s'] / t['measured_polls_per_s']:.2f})"
+        )
     lines.append(
         f"Redis, per 1,000 polls of waiting people (the 'waiting only' window, "
         f"requests {results['waiting_only_requests']}): {results['commands_per_1000_waiting_polls']:.2f} "
@@ -702,6 +710,18 @@ def check(results: dict) -> None:
         k.removeprefix("cmdstat_"): v for k, v in wait["redis"].items() if k.startswith("cmdstat_")
     }
     results["waiting_only_requests"] = wait["requests"]
+    # The crowd's side of the model: the polls the nextPollMs table gives the line
+    # that was waiting, against the polls the simulated people sent.
+    args = results["args"] if "args" in results else {"burst_seconds": 25, "hold_seconds": 30}
+    begin, end = wait.get("span", (args["burst_seconds"] + 3, args["burst_seconds"] + args["hold_seconds"]))
+    line = [n for t, n in results["sale"]["waiting"] if begin <= t <= end]
+    if line:
+        table = capacity.polls_for_line(int(sum(line) / len(line)))
+        results["waiting_polls_table_vs_measured"] = {
+            "waiting": sum(line) / len(line),
+            "table_polls_per_s": table,
+            "measured_polls_per_s": polls / wait["seconds"],
+        }
     # Less what Redis runs whatever the crowd (Celery's tick, the live numbers' samples,
     # measured in the background window): what the polls of waiting people cost it.
     bg = results["background"]
@@ -748,8 +768,8 @@ def main() -> int:
     p.add_argument("--unit-people", type=int, default=30_000, help="joins of the unit-cost phase (at most)")
     p.add_argument("--unit-leaves", type=int, default=2_000)
     p.add_argument("--unit-bookings", type=int, default=3_000)
-    p.add_argument("--people", type=int, default=25_000, help="arrivals in the burst")
-    p.add_argument("--burst-seconds", type=float, default=25)
+    p.add_argument("--people", type=int, default=20_000, help="arrivals in the burst")
+    p.add_argument("--burst-seconds", type=float, default=20)
     p.add_argument("--hold-seconds", type=float, default=30, help="after the burst, only waiting people poll")
     p.add_argument("--admit-rate", type=int, default=40, help="admitted per second (the beat's tick)")
     p.add_argument("--admit-seconds", type=float, default=90, help="how long admission runs")
