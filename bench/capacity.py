@@ -1,12 +1,13 @@
 """The capacity model: from a sale's crowd to web processes, Redis nodes and network.
 
     .venv/bin/python bench/capacity.py                       # 2,000,000 waiting, 300,000 polls/s
+    .venv/bin/python bench/capacity.py --page-loads-per-arrival 0   # the page from a cache
     .venv/bin/python bench/capacity.py --waiting 500000 --polls 0   # polls from the nextPollMs table
     .venv/bin/python bench/capacity.py --units bench/results/sale-<time>.json   # a run's own unit costs
 
 Every load is a rate times a unit cost measured on the real stack (bench/sale.py
 measures them, and checks this model against a scaled-down sale). Why a model and
-not a bigger benchmark: 300,000 polls/s is ~30 machines of web processes; what can
+not a bigger benchmark: 300,000 polls/s is ~90 cores of web processes; what can
 be measured on one machine is what one request of each kind costs each component,
 and whether the loads add up the way the model says (docs/scaling.md).
 
@@ -31,10 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # --- Unit costs ---------------------------------------------------------------------
 #
-# Per request of each kind, measured by `bench/sale.py --units-only` against the real
+# Per request of each kind, measured by `bench/sale.py` (part 1) against the real
 # stack (gunicorn + uvicorn, the private Redis, Postgres, RabbitMQ) on the 2-core
-# AMD EPYC VM of docs/scaling.md. MEDIAN is the median of the runs quoted there; LOW
-# and HIGH their spread (the machine is shared and noisy: see docs/scaling.md).
+# AMD EPYC VM of docs/scaling.md: BATCHED and UNBATCHED below, and COLUMNS, the
+# range the answer is given over (the machine is shared and noisy: docs/scaling.md).
 
 KINDS = ("page", "join", "poll_wait", "poll_redis", "leave", "book")
 
