@@ -1,9 +1,10 @@
 """`make sale`: a scaled-down sale against the real stack, measured per component and
 checked against the capacity model (bench/capacity.py, docs/scaling.md).
 
-    .venv/bin/python bench/sale.py                    # unit costs, then the sale (~4 min)
+    .venv/bin/python bench/sale.py                    # unit costs, then the sale (~5 min)
     .venv/bin/python bench/sale.py --units-only       # the unit costs alone (~1 min)
-    .venv/bin/python bench/sale.py --people 20000 --admit-rate 50 --admit-seconds 120
+    .venv/bin/python bench/sale.py --people 30000 --admit-rate 50 --admit-seconds 120
+    .venv/bin/python bench/sale.py --recheck bench/results/sale-<time>.json   # the check again
 
 The stack is production's: the Procfile's `web:` command (gunicorn, uvicorn
 workers), a Celery worker and beat (the real once-a-second admission tick), a
