@@ -263,13 +263,13 @@ def prepare(stack: Stack, run_id: str) -> None:
 def start_celery(stack: Stack) -> None:
     """The Procfile's worker and beat (the per-second admission tick)."""
     schedule = stack.workdir / "celerybeat-schedule"
-    stack._spawn(
+    stack.spawn(
         "worker",
         [PYTHON, "-m", "celery", "-A", "ticketing", "worker", "--loglevel=INFO", "--concurrency=2"]
         + ["--without-gossip", "--without-mingle", "-n", f"cap-{uuid.uuid4().hex[:6]}@%h"],
         env=stack.env,
     )
-    stack._spawn(
+    stack.spawn(
         "beat",
         [PYTHON, "-m", "celery", "-A", "ticketing", "beat", "--loglevel=INFO", f"--schedule={schedule}"],
         stack.env,
