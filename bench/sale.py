@@ -2,7 +2,7 @@
 checked against the capacity model (bench/capacity.py, docs/scaling.md).
 
     .venv/bin/python bench/sale.py                    # unit costs, then the sale (~5 min)
-    .venv/bin/python bench/sale.py --units-only       # the unit costs alone (~1 min)
+    .venv/bin/python bench/sale.py --units-only       # the unit costs alone (~1.5 min)
     .venv/bin/python bench/sale.py --people 30000 --admit-rate 50 --admit-seconds 120
     .venv/bin/python bench/sale.py --recheck bench/results/sale-<time>.json   # the check again
 
@@ -13,10 +13,12 @@ RabbitMQ vhost `cap`. Everything started here is stopped at the end, by its id.
 
 Two parts, in one run so that the check compares figures of the same hour:
 
-1. **Unit costs.** One kind of request at a time, as fast as the server answers:
-   the waiting room's page, joins, polls of waiting people, leaves, polls Redis
-   answers (admitted people), bookings. Per request: CPU of the web processes (from
-   /proc), Redis CPU, commands and bytes (INFO), bytes on the wire, Postgres time.
+1. **Unit costs.** One kind of request at a time, as fast as the server answers
+   (batched: many requests a turn of its loop), then at a third of that rate
+   (unbatched, as a spread-out crowd sends them): the waiting room's page, joins,
+   polls of waiting people, leaves, polls Redis answers (admitted people), bookings.
+   Per request: CPU of the web processes (from /proc), Redis CPU, commands and bytes
+   (INFO), bytes on the wire, the CPU of this database's Postgres backends.
 2. **The sale.** Simulated people (one asyncio task each, all in this process) arrive
    in a burst and then a tail, poll at the `nextPollMs` each answer gives, some leave,
    the beat's tick admits them, most of the admitted book. The run is cut in
@@ -308,8 +310,8 @@ async def measure_units(
     async def phase(
         kind: str, jobs: list, worker: callable, concurrency: int, seconds: float | None, paced: bool = False
     ) -> None:
-        """Closed loop first (the server saturated), then paced (`paced`): the same
-        kind at a third of the rate the closed loop reached."""
+        """Closed loop (batched: the server saturated), or paced (`paced`,
+        unbatched): the same kind at a third of the rate the closed loop reached."""
         name = kind + "_paced" if paced else kind
         rate = units[kind]["per_s"] / 3 if paced else None
         a = await asyncio.to_thread(meter.read)
