@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test lint schema messages bench chaos clean
+.PHONY: run test lint schema messages bench sale chaos clean
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	@$(PYTHON) -c 'import sys; sys.exit("Python 3.11+ is needed, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -38,6 +38,12 @@ messages: $(BIN)/.installed
 bench: $(BIN)/.installed
 	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
+# A scaled-down sale against the real stack, per component, checked against the
+# capacity model (docs/scaling.md). SALE_ARGS=--units-only for the unit costs alone.
+sale: $(BIN)/.installed
+	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
+	$(BIN)/python bench/sale.py $(SALE_ARGS)
 
 # The fault-injection soak (docs/reliability.md): CHAOS_RUNS runs with random seeds;
 # CHAOS_SEED=<n> CHAOS_SCENARIO=<name> replays one. Needs Postgres (DATABASE_URL).

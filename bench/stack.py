@@ -226,6 +226,11 @@ class Stack:
         """Where a started process writes its output."""
         return self.workdir / f"{name}.log"
 
+    def spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+        """Start another process of the stack (Celery's worker and beat for bench/sale.py),
+        logged and stopped like the others."""
+        return self._spawn(name, argv, env)
+
     def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen:
         out = self.log(name).open("ab")
         proc = subprocess.Popen(
