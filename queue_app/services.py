@@ -440,11 +440,15 @@ def events_admit() -> list[Tick]:
     event_ids = sorted(e.decode() for e in r.client().smembers(r.EVENTS_KEY))
     if not event_ids:
         return []
-    r.load("admit")
-    pipe = r.client().pipeline(transaction=False)
-    for event_id in event_ids:
-        r.run("admit", *_admit_args(event_id), on=pipe)
-    replies = pipe.execute(raise_on_error=False)
+    replies = _admit_all(event_ids)
+    refused = [i for i, reply in enumerate(replies) if isinstance(reply, r.redis.exceptions.NoScriptError)]
+    if refused:
+        # A restarted or flushed server: a script refused NOSCRIPT did not run, so
+        # those events' ticks run again once the script is loaded (rather than a
+        # SCRIPT LOAD before every tick, for nothing).
+        r.load("admit")
+        for i, reply in zip(refused, _admit_all([event_ids[i] for i in refused]), strict=True):
+            replies[i] = reply
     ticks = []
     for event_id, reply in zip(event_ids, replies, strict=True):
         if isinstance(reply, Exception):
@@ -457,6 +461,13 @@ def events_admit() -> list[Tick]:
         ticks.append(Tick(event_id, outcome.decode(), *numbers))
     _sample(ticks)
     return ticks
+
+
+def _admit_all(event_ids: list[str]) -> list:
+    pipe = r.client().pipeline(transaction=False)
+    for event_id in event_ids:
+        r.run("admit", *_admit_args(event_id), on=pipe)
+    return pipe.execute(raise_on_error=False)
 
 
 def _sample(ticks: list[Tick]) -> None:

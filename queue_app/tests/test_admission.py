@@ -237,3 +237,35 @@ def test_fifty_thousand_leavers_ahead_do_not_stall_the_next_tick(make_event):
     assert services.queue_poll(event_id=event.event_id, token=first_behind).status == "ACTIVE"
     k = r.event_keys(event.event_id)
     assert int(r.client().get(k.holes)) == 0 and int(r.client().get(k.popped)) == 50_070
+
+
+def _script_loads() -> int:
+    """SCRIPT LOAD calls the server has counted (summed over every primary of a cluster)."""
+    info = r.client().info("commandstats")
+    nodes = (
+        info.values()
+        if isinstance(next(iter(info.values())), dict) and "calls" not in next(iter(info.values()))
+        else [info]
+    )
+    return sum(node.get("cmdstat_script|load", {}).get("calls", 0) for node in nodes)
+
+
+def test_the_tick_loads_its_script_only_when_redis_has_lost_it(api, make_event):
+    """After a restart or a SCRIPT FLUSH every event of the tick is admitted all the
+    same (its script refused NOSCRIPT, loaded, and run again); otherwise a tick sends
+    no SCRIPT LOAD."""
+    events = [make_event(admit_per_second=1) for _ in range(2)]
+    for event in events:
+        api.token(event.event_id)
+        api.token(event.event_id)
+    r.client().script_flush()
+    seconds, micros = r.client().time()
+    time.sleep(1 - micros / 1e6 + 0.005)
+    ticks = {t.event_id: t for t in services.events_admit()}
+    assert [(ticks[e.event_id].outcome, ticks[e.event_id].admitted) for e in events] == [("ADMITTED", 1)] * 2
+    loads = _script_loads()
+    seconds, micros = r.client().time()
+    time.sleep(1 - micros / 1e6 + 0.005)
+    ticks = {t.event_id: t for t in services.events_admit()}
+    assert [ticks[e.event_id].admitted for e in events] == [1, 1]
+    assert _script_loads() == loads
