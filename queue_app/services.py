@@ -464,7 +464,7 @@ def _sample(ticks: list[Tick]) -> None:
     that another beat already ran this second adds none. Losing one is only logged."""
     try:
         live.record({t.event_id: (t.waiting, t.admitted) for t in ticks if t.outcome != "ALREADY_TICKED"})
-    except r.redis.RedisError as exc:
+    except r.REDIS_ERRORS as exc:
         log.warning("live samples not recorded: %r", exc)
 
 
