@@ -112,7 +112,7 @@ def end_windows(event_id: str) -> None:
     from ticketing import redis as r
 
     c, k = r.client(), r.event_keys(event_id)
-    ended = r.now_ms() - 1
+    ended = r.now_ms(event_id) - 1
     for entry, score in c.zrange(k.windows, 0, -1, withscores=True):
         to, first, _, admitted = entry.split(b":")
         c.zrem(k.windows, entry)
@@ -292,7 +292,7 @@ def event_state(event_id: str) -> dict:
     c = r.client()
     state = {}
     counts = {r.EventKeys(event_id).refused.encode(), metrics.event_key(event_id).encode()}
-    for name in sorted(c.scan_iter(match=r.EventKeys(event_id).pattern(), count=1000)):
+    for name in sorted(r.scan(r.EventKeys(event_id).pattern())):
         if name in counts:
             continue
         kind = c.type(name).decode()

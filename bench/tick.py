@@ -110,7 +110,7 @@ def memory_by_key(event_id: str) -> dict[str, int]:
     prefix = len(r.key(event_id, ""))
     return {
         name.decode()[prefix:]: client.memory_usage(name, samples=0) or 0
-        for name in client.scan_iter(match=r.EventKeys(event_id).pattern(), count=1000)
+        for name in r.scan(r.EventKeys(event_id).pattern())
     }
 
 

@@ -546,24 +546,14 @@ def line_started(event_id: str) -> bool:
 
 def event_wipe(event_id: str) -> int:
     """Delete every Redis key of the event (its line, counters, marks). Returns how many."""
-    client = r.client()
-    deleted = 0
-    batch: list[bytes] = []
-    for name in client.scan_iter(match=r.EventKeys(event_id).pattern(), count=1000):
-        batch.append(name)
-        if len(batch) >= 1000:
-            deleted += client.unlink(*batch)
-            batch.clear()
-    if batch:
-        deleted += client.unlink(*batch)
-    return deleted
+    return r.delete_matching(r.EventKeys(event_id).pattern())
 
 
 def event_live_numbers(event_id: str) -> dict:
     """Waiting, active, seats left, admitted in the last minute and joins refused by
     reason, for operators."""
     k = r.EventKeys(event_id)
-    now = r.now_ms()
+    now = r.now_ms(event_id)
     pipe = r.client().pipeline(transaction=False)
     pipe.get(k.seq).get(k.popped).get(k.holes)
     pipe.get(k.active).get(k.seats).hget(k.meta, "status").lrange(k.admit_log, 0, 60)

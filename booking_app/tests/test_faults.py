@@ -440,7 +440,7 @@ def test_outbox_entries_stamped_by_a_clock_that_later_went_back_are_still_settle
     token = active_tokens(event, 1)[0]
     k = r.EventKeys(event.event_id)
     rid = str(uuid.uuid4())
-    ahead = r.now_ms() + 10 * 60_000  # ten minutes ahead of Redis' clock now
+    ahead = r.now_ms(event.event_id) + 10 * 60_000  # ten minutes ahead of Redis' clock now
     r.client().decrby(k.seats, 2)
     r.client().set(k.booked(token), rid)
     r.client().xadd(
