@@ -32,6 +32,17 @@ def require(condition: bool, reason: str) -> None:
     pytest.skip(reason)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `cluster` need a Redis Cluster: they run in the cluster run
+    (`make test-cluster`) and are deselected, not skipped, in any other."""
+    if settings.REDIS_CLUSTER:
+        return
+    drop = [item for item in items if item.get_closest_marker("cluster")]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [item for item in items if not item.get_closest_marker("cluster")]
+
+
 @pytest.fixture(autouse=True)
 def _test_settings(settings) -> None:
     # Every test client is 127.0.0.1; the rate-limit tests turn limits back on.

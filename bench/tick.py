@@ -95,7 +95,7 @@ def make_holes(event_id: str, holes: int, spread: str, waiting: int) -> None:
     for i in range(0, len(numbers), chunk):
         part = numbers[i : i + chunk]
         nonces = client.getrange(k.nonces, part[0] * 2 - 2, part[-1] * 2 - 1)
-        pipe = client.pipeline(transaction=False)
+        pipe = r.event_pipeline(event_id)
         for n in part:
             at = (n - part[0]) * 2
             token = services.Token.of(tokens.mint(event_id, n, gen, nonces[at : at + 2]))

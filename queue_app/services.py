@@ -477,7 +477,7 @@ def queue_join_many(*, event_id: str, count: int, chunk: int = 10_000, distinct:
     expires = int(time.time()) + queue_proof.VALID_SECONDS
     n = 0
     while count > 0:
-        pipe = r.client().pipeline(transaction=False)
+        pipe = r.event_pipeline(event_id)
         for _ in range(min(chunk, count)):
             n += 1
             solved, client = None, _ANYONE
@@ -554,7 +554,7 @@ def event_live_numbers(event_id: str) -> dict:
     reason, for operators."""
     k = r.EventKeys(event_id)
     now = r.now_ms(event_id)
-    pipe = r.client().pipeline(transaction=False)
+    pipe = r.event_pipeline(event_id)
     pipe.get(k.seq).get(k.popped).get(k.holes)
     pipe.get(k.active).get(k.seats).hget(k.meta, "status").lrange(k.admit_log, 0, 60)
     pipe.hgetall(k.refused)

@@ -12,6 +12,7 @@ Callers never ask which kind of Redis they have.
 
 import asyncio
 import hashlib
+import inspect
 import logging
 import zlib
 from collections.abc import Awaitable, Iterator
@@ -165,7 +166,12 @@ class ClusterBatcher:
     def __init__(self, url: str, options: dict[str, Any]) -> None:
         self.url = url
         self.options = options
-        self.client = redis.asyncio.cluster.RedisCluster.from_url(url, **options)
+        # The asyncio cluster client takes the pool's options but a few (it has no
+        # retry_on_timeout: its own retries cover that).
+        accepted = inspect.signature(redis.asyncio.cluster.RedisCluster).parameters
+        self.client = redis.asyncio.cluster.RedisCluster.from_url(
+            url, **{name: value for name, value in options.items() if name in accepted}
+        )
         self.nodes: dict[str, Batcher] = {}
         self.ready = False
 
@@ -292,6 +298,19 @@ def now_ms(event_id: str | None = None) -> int:
     else:
         seconds, micros = c.time()
     return seconds * 1000 + micros // 1000
+
+
+def event_pipeline(event_id: str) -> redis.client.Pipeline:
+    """A pipeline (no transaction) for commands on one event's keys only. On a
+    cluster it goes straight to the node holding the event (its keys share one
+    slot) rather than through the cluster pipeline, which routes every command on
+    its own: several times slower for the millions of joins of a drill."""
+    c = client()
+    if isinstance(c, redis.cluster.RedisCluster):
+        return c.get_redis_connection(c.get_node_from_key(event_keys(event_id).meta)).pipeline(
+            transaction=False
+        )
+    return c.pipeline(transaction=False)
 
 
 def scan(match: str, *, count: int = 1000) -> Iterator[bytes]:
