@@ -225,7 +225,7 @@ def test_fifty_thousand_leavers_ahead_do_not_stall_the_next_tick(make_event):
     event = make_event(admit_per_second=70)
     services.queue_join_many(event_id=event.event_id, count=50_100)
     r.load("leave")
-    pipe = r.client().pipeline(transaction=False)
+    pipe = r.event_pipeline(event.event_id)
     for n in range(1, 50_001):
         r.run(*services._leave_call(event.event_id, line_token(event.event_id, n)), on=pipe)
     assert sum(pipe.execute()) == 50_000
