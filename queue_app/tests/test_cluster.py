@@ -109,12 +109,19 @@ def test_scripts_come_back_after_one_node_forgets_them(spread, lanes_api) -> Non
     c = r.client()
     node = c.get_node_from_key(r.event_keys(event.event_id).meta)
     token = lanes_api.token(event.event_id)
-    c.script_flush(target_nodes=node)
-    assert lanes_api.poll(token, event.event_id)[0] == 200
-    c.script_flush(target_nodes=node)
+
+    def there(name: str) -> bool:
+        return c.execute_command("SCRIPT EXISTS", r.script(name).sha, target_nodes=node) == [True]
+
+    c.execute_command("SCRIPT FLUSH", target_nodes=node)
+    assert lanes_api.poll(token, event.event_id)[0] == 200  # the line's refresh
+    assert there("line_state")
+    c.execute_command("SCRIPT FLUSH", target_nodes=node)
     assert lanes_api.token(event.event_id)
-    c.script_flush(target_nodes=node)
+    assert there("join")
+    c.execute_command("SCRIPT FLUSH", target_nodes=node)
     assert any(t.event_id == event.event_id and t.outcome == "ADMITTED" for t in services.events_admit())
+    assert there("admit")
 
 
 def test_now_ms_reads_the_clock_of_the_events_node(spread) -> None:
