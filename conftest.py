@@ -380,6 +380,7 @@ def start_gunicorn(
         env={
             **os.environ,
             "REDIS_URL": settings.REDIS_URL,
+            "REDIS_CLUSTER": str(settings.REDIS_CLUSTER).lower(),
             "HOST": "127.0.0.1",
             "PORT": str(port),
             "WEB_CONCURRENCY": str(workers),

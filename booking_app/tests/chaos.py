@@ -98,6 +98,7 @@ class Run:
         return {
             "DATABASE_URL": self.pg_proxy.postgres_url(db_name),
             "REDIS_URL": self.redis_proxy.redis_url(),
+            "REDIS_CLUSTER": "false",  # the proxy stands before one server of its own
             "BOOKING_RECONCILE_GRACE_SEC": str(GRACE_SEC),
             "LOG_LEVEL": "CRITICAL",
         }
