@@ -254,7 +254,7 @@ class Run:
     def execute(self) -> None:
         caches = {"default": {**settings.CACHES["default"], "LOCATION": self.redis.url}}
         try:
-            with override_settings(CACHES=caches, BOOKING_RECONCILE_GRACE_SEC=GRACE_SEC):
+            with override_settings(CACHES=caches, REDIS_CLUSTER=False, BOOKING_RECONCILE_GRACE_SEC=GRACE_SEC):
                 self._execute()
         finally:
             self.redis.stop()
