@@ -6,7 +6,8 @@ one Redis Cluster slot and a script may touch them together.
 On a Redis Cluster (REDIS_CLUSTER=true) the clients are redis-py's cluster clients,
 built here, and the differences stay here: the fast lane's batcher sends each
 command to the node owning its key, `now_ms(event_id)` reads the clock of the
-event's node, and `scan`, `delete_matching` and `flush` visit every primary.
+event's node, `event_pipeline` goes to the event's node, and `scan` and
+`delete_matching` visit every primary.
 Callers never ask which kind of Redis they have.
 """
 
@@ -176,6 +177,7 @@ class ClusterBatcher:
         self.ready = False
 
     def execute(self, *args: Any) -> Awaitable:
+        """The reply to one command, as Batcher.execute (awaited by the caller)."""
         return self._execute(args)
 
     async def _execute(self, args: tuple) -> Any:
@@ -225,7 +227,7 @@ _batchers: dict[asyncio.AbstractEventLoop, Batcher | ClusterBatcher] = {}
 
 def clustered() -> bool:
     """Whether Redis is a Redis Cluster (REDIS_CLUSTER)."""
-    return bool(getattr(settings, "REDIS_CLUSTER", False))
+    return settings.REDIS_CLUSTER
 
 
 def _pool_options() -> dict[str, Any]:
@@ -332,11 +334,6 @@ def delete_matching(pattern: str) -> int:
     if batch:
         deleted += c.unlink(*batch)
     return deleted
-
-
-def flush() -> None:
-    """Empty the database: FLUSHDB on the server, or on every primary of a cluster."""
-    client().flushdb()
 
 
 def ratelimit_key(scope: str, client: str) -> str:

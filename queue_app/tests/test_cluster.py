@@ -62,6 +62,27 @@ def test_events_on_every_node_each_admit_poll_and_book_at_once(spread, lanes_api
         assert int(r.client().get(r.event_keys(event.event_id).seats)) == 8
 
 
+def test_events_on_every_node_are_served_together_by_one_batcher(spread) -> None:
+    """Joins and polls of every event in the same turns of one event loop: the
+    batcher splits each turn's commands by node, and every caller gets its own
+    answer."""
+
+    async def main() -> list:
+        joined = await asyncio.gather(
+            *(services.aqueue_join(event_id=event.event_id) for event in spread for _ in range(20))
+        )
+        polls = await asyncio.gather(
+            *(services.aqueue_poll(event_id=j.event_id, token=services.parse_token(j.token)) for j in joined)
+        )
+        await r.aclose()
+        return list(zip(joined, polls, strict=True))
+
+    answers = asyncio.run(main())
+    for event in spread:
+        ranks = sorted(poll.rank for joined, poll in answers if joined.event_id == event.event_id)
+        assert ranks == list(range(1, 21))
+
+
 def test_every_script_call_keeps_to_one_slot(spread, api, monkeypatch) -> None:
     """Each script's keys hash to one slot, whichever path calls it: the cluster
     runs a script on one node only."""
