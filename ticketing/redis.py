@@ -162,6 +162,7 @@ class ClusterBatcher:
     longer owns (MOVED, ASK, TRYAGAIN, CLUSTERDOWN), or whose node cannot be
     reached, is sent once more through the cluster client itself, which follows
     the redirection and refreshes the slot map for the commands after it.
+    Keyless commands (SCRIPT LOAD without a key) go through the cluster client too.
     """
 
     def __init__(self, url: str, options: dict[str, Any]) -> None:
@@ -175,6 +176,7 @@ class ClusterBatcher:
         )
         self.nodes: dict[str, Batcher] = {}
         self.ready = False
+        self.redirecting = asyncio.Lock()
 
     def execute(self, *args: Any) -> Awaitable:
         """The reply to one command, as Batcher.execute (awaited by the caller)."""
@@ -190,7 +192,12 @@ class ClusterBatcher:
         try:
             return await self._node_of(key).execute(*args)
         except (MovedError, AskError, TryAgainError, ClusterDownError, redis.ConnectionError):
-            return await self.client.execute_command(*args)
+            # One at a time: the cluster client rebuilds its nodes on a redirection,
+            # and a command of another coroutine on a connection it is closing fails
+            # (redis-py 8). Redirections are rare: a resharding, a failover. Bounded
+            # as a turn's commands are (a stuck node fails requests in seconds).
+            async with asyncio.timeout(ASYNC_REQUEST_TIMEOUT), self.redirecting:
+                return await self.client.execute_command(*args)
 
     def _node_of(self, key: Any) -> Batcher:
         node = self.client.nodes_manager.get_node_from_slot(self.client.keyslot(key))
