@@ -32,6 +32,17 @@ def require(condition: bool, reason: str) -> None:
     pytest.skip(reason)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `cluster` need a Redis Cluster: they run in the cluster run
+    (`make test-cluster`) and are deselected, not skipped, in any other."""
+    if settings.REDIS_CLUSTER:
+        return
+    drop = [item for item in items if item.get_closest_marker("cluster")]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [item for item in items if not item.get_closest_marker("cluster")]
+
+
 @pytest.fixture(autouse=True)
 def _test_settings(settings) -> None:
     # Every test client is 127.0.0.1; the rate-limit tests turn limits back on.
@@ -112,7 +123,7 @@ def end_windows(event_id: str) -> None:
     from ticketing import redis as r
 
     c, k = r.client(), r.event_keys(event_id)
-    ended = r.now_ms() - 1
+    ended = r.now_ms(event_id) - 1
     for entry, score in c.zrange(k.windows, 0, -1, withscores=True):
         to, first, _, admitted = entry.split(b":")
         c.zrem(k.windows, entry)
@@ -292,7 +303,7 @@ def event_state(event_id: str) -> dict:
     c = r.client()
     state = {}
     counts = {r.EventKeys(event_id).refused.encode(), metrics.event_key(event_id).encode()}
-    for name in sorted(c.scan_iter(match=r.EventKeys(event_id).pattern(), count=1000)):
+    for name in sorted(r.scan(r.EventKeys(event_id).pattern())):
         if name in counts:
             continue
         kind = c.type(name).decode()
@@ -369,6 +380,7 @@ def start_gunicorn(
         env={
             **os.environ,
             "REDIS_URL": settings.REDIS_URL,
+            "REDIS_CLUSTER": str(settings.REDIS_CLUSTER).lower(),
             "HOST": "127.0.0.1",
             "PORT": str(port),
             "WEB_CONCURRENCY": str(workers),

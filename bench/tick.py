@@ -95,7 +95,7 @@ def make_holes(event_id: str, holes: int, spread: str, waiting: int) -> None:
     for i in range(0, len(numbers), chunk):
         part = numbers[i : i + chunk]
         nonces = client.getrange(k.nonces, part[0] * 2 - 2, part[-1] * 2 - 1)
-        pipe = client.pipeline(transaction=False)
+        pipe = r.event_pipeline(event_id)
         for n in part:
             at = (n - part[0]) * 2
             token = services.Token.of(tokens.mint(event_id, n, gen, nonces[at : at + 2]))
@@ -110,7 +110,7 @@ def memory_by_key(event_id: str) -> dict[str, int]:
     prefix = len(r.key(event_id, ""))
     return {
         name.decode()[prefix:]: client.memory_usage(name, samples=0) or 0
-        for name in client.scan_iter(match=r.EventKeys(event_id).pattern(), count=1000)
+        for name in r.scan(r.EventKeys(event_id).pattern())
     }
 
 

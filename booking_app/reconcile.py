@@ -129,7 +129,7 @@ def booking_reconcile(event_id: str) -> Report:
 
 def _settle_outbox(k: r.EventKeys, report: Report) -> None:
     grace_ms = settings.BOOKING_RECONCILE_GRACE_SEC * 1000
-    now = r.now_ms()
+    now = r.now_ms(k.event_id)
     entries = r.client().xrange(k.outbox, "-", "+")
     bookings = [(entry_id, Booking.from_outbox(k.event_id, fields)) for entry_id, fields in entries]
     rows = {

@@ -87,7 +87,7 @@ def book(request: HttpRequest, event_id: str) -> HttpResponse:
             "error": error,
             "error_message": MESSAGES.get(error, ""),
             "sold_out": state.remaining_seats <= 0,
-            "now_ms": r.now_ms(),
+            "now_ms": r.now_ms(event.event_id),
         },
         status=409 if error in ("SOLD_OUT", "INSUFFICIENT_SEATS") else 200,
     )

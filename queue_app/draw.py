@@ -155,7 +155,7 @@ def run(event_id: str) -> Outcome:
 
     # Before the start: keep up with the pre-queue as it grows.
     while (reply := r.run("draw_close", [k.meta, k.seq, k.popped, k.pre], []))[0] == b"NOT_DUE":
-        until = reply[1] - r.now_ms()
+        until = reply[1] - r.now_ms(event_id)
         if until > LEAD_MS * 2:  # the start was moved later: a later tick comes back
             client.delete(k.draw_claim)
             return Outcome(event_id, "NOT_DUE")

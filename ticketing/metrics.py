@@ -39,7 +39,6 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
-import redis
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
@@ -48,7 +47,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from ticketing import redis as r
-from ticketing.errors import DomainError
+from ticketing.errors import REDIS_ERRORS, DomainError
 from ticketing.ratelimit import client_ip
 
 log = logging.getLogger(__name__)
@@ -122,7 +121,7 @@ def observe_tick(tick_all: Callable[[], list]) -> Callable[[], list]:
             for field, n in _observation("tick", seconds).items():
                 pipe.hincrby(SHARED_KEY, field, n)
             pipe.execute()
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             log.warning("could not count a tick: %r", exc)
         return ticks
 
@@ -146,7 +145,7 @@ def observe_booking(reserve: Callable[..., T]) -> Callable[..., T]:
             if isinstance(exc, DomainError):
                 outcome, reservation = exc.code, exc.details.get("reservationId")
             else:
-                outcome, redis_failed = type(exc).__name__, isinstance(exc, redis.RedisError)
+                outcome, redis_failed = type(exc).__name__, isinstance(exc, REDIS_ERRORS)
             raise
         finally:
             booking_log.info(
@@ -172,7 +171,7 @@ def _count_booking(event_id: str, outcome: str) -> None:
         # lua/refused.lua counts only for an event that exists: a refused booking
         # may name any event id, and a hash per made-up id would fill Redis.
         r.run("refused", [r.event_keys(event_id).meta, event_key(event_id)], [f"bookings|{outcome}"])
-    except redis.RedisError as exc:
+    except REDIS_ERRORS as exc:
         log.warning("could not count a booking (%s) for %s: %r", outcome, event_id, exc)
 
 
@@ -186,7 +185,7 @@ def reconcile_corrected(event_id: str, **kinds: int) -> None:
         for kind, n in kinds.items():
             pipe.hincrby(event_key(event_id), f"reconcile|{kind}", n)
         pipe.execute()
-    except redis.RedisError as exc:
+    except REDIS_ERRORS as exc:
         log.warning("could not count reconcile corrections for %s: %r", event_id, exc)
 
 
@@ -234,7 +233,7 @@ class _Pending:
             for field, n in counts.items():
                 pipe.hincrby(SHARED_KEY, field, n)
             pipe.execute()
-        except redis.RedisError as exc:
+        except REDIS_ERRORS as exc:
             with self.lock:  # kept for the next try: a few fields per route, bounded
                 self.counts.update(counts)
             if not self.failing:

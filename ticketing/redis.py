@@ -2,22 +2,37 @@
 
 Every key of an event carries the hash tag `{<eventId>}` so that all of them live in
 one Redis Cluster slot and a script may touch them together.
+
+On a Redis Cluster (REDIS_CLUSTER=true) the clients are redis-py's cluster clients,
+built here, and the differences stay here: the fast lane's batcher sends each
+command to the node owning its key, `now_ms(event_id)` reads the clock of the
+event's node, `event_pipeline` goes to the event's node, and `scan` and
+`delete_matching` visit every primary.
+Callers never ask which kind of Redis they have.
 """
 
 import asyncio
 import hashlib
+import inspect
 import logging
 import zlib
+from collections.abc import Awaitable, Iterator
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
+import redis.cluster
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django_redis import get_redis_connection
+from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
+
+from ticketing.errors import REDIS_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +46,10 @@ EVENTS_KEY = "ticket:events"
 OWNER_BUCKET_BYTES = 2
 
 
-_client: redis.Redis | None = None
+_client: redis.Redis | redis.cluster.RedisCluster | None = None
+
+# What `run(..., on=...)` queues a script on rather than runs it.
+_PIPELINES = (redis.client.Pipeline, redis.cluster.ClusterPipeline)
 
 # A fast-lane command that has not had its answer from Redis by then fails, and its
 # request with 503.
@@ -62,6 +80,13 @@ class Batcher:
         # pool would refuse one. Commands arriving meanwhile wait, and go out
         # together when a pipeline comes back.
         self.limit = client.connection_pool.max_connections
+
+    async def script_load(self, source: bytes, key: str | None) -> None:
+        """Load a script where `key`'s commands run (here: the one server)."""
+        await self.execute("SCRIPT", "LOAD", source)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
 
     def execute(self, *args: Any) -> asyncio.Future:
         loop = asyncio.get_running_loop()
@@ -114,34 +139,143 @@ def _expire(batch: list[tuple[tuple, asyncio.Future]]) -> None:
             future.set_exception(TimeoutError("no answer from Redis in time"))
 
 
+# Keyless commands: on a cluster they go to the cluster client, which knows where.
+_KEYLESS = frozenset({"SCRIPT", "PING", "TIME", "ECHO", "INFO", "CLUSTER", "DBSIZE", "FLUSHDB"})
+
+
+def _key_of(args: tuple) -> Any:
+    """The key a command is routed by (its first), or None for a keyless one."""
+    name = args[0].upper() if isinstance(args[0], str) else args[0].decode().upper()
+    if name in ("EVALSHA", "EVAL", "EVALSHA_RO", "EVAL_RO"):
+        return args[3] if int(args[2]) else None
+    if name in _KEYLESS or len(args) < 2:
+        return None
+    return args[1]
+
+
+class ClusterBatcher:
+    """The Batcher on a Redis Cluster: each command goes to the node owning its key.
+
+    Each primary gets a Batcher of its own (a plain asyncio client and pool for that
+    node): a turn's commands are thus grouped by node and pipelined to each, as
+    on one server. The slot map is the cluster client's. A command a node no
+    longer owns (MOVED, ASK, TRYAGAIN, CLUSTERDOWN), or whose node cannot be
+    reached, is sent once more through the cluster client itself, which follows
+    the redirection and refreshes the slot map for the commands after it.
+    Keyless commands (SCRIPT LOAD without a key) go through the cluster client too.
+    """
+
+    def __init__(self, url: str, options: dict[str, Any]) -> None:
+        self.url = url
+        self.options = options
+        # The asyncio cluster client takes the pool's options but a few (it has no
+        # retry_on_timeout: its own retries cover that).
+        accepted = inspect.signature(redis.asyncio.cluster.RedisCluster).parameters
+        self.client = redis.asyncio.cluster.RedisCluster.from_url(
+            url, **{name: value for name, value in options.items() if name in accepted}
+        )
+        self.nodes: dict[str, Batcher] = {}
+        self.ready = False
+        self.redirecting = asyncio.Lock()
+
+    def execute(self, *args: Any) -> Awaitable:
+        """The reply to one command, as Batcher.execute (awaited by the caller)."""
+        return self._execute(args)
+
+    async def _execute(self, args: tuple) -> Any:
+        if not self.ready:
+            await self.client.initialize()
+            self.ready = True
+        key = _key_of(args)
+        if key is None:
+            return await self.client.execute_command(*args)
+        try:
+            return await self._node_of(key).execute(*args)
+        except (MovedError, AskError, TryAgainError, ClusterDownError, redis.ConnectionError):
+            # One at a time: the cluster client rebuilds its nodes on a redirection,
+            # and a command of another coroutine on a connection it is closing fails
+            # (redis-py 8). Redirections are rare: a resharding, a failover. Bounded
+            # as a turn's commands are (a stuck node fails requests in seconds).
+            async with asyncio.timeout(ASYNC_REQUEST_TIMEOUT), self.redirecting:
+                return await self.client.execute_command(*args)
+
+    def _node_of(self, key: Any) -> Batcher:
+        node = self.client.nodes_manager.get_node_from_slot(self.client.keyslot(key))
+        found = self.nodes.get(node.name)
+        if found is None:
+            found = self.nodes[node.name] = Batcher(
+                redis.asyncio.Redis.from_url(_node_url(self.url, node.host, node.port), **self.options)
+            )
+        return found
+
+    async def script_load(self, source: bytes, key: str | None) -> None:
+        """Load a script on the node owning `key` (every primary without a key)."""
+        if not self.ready or key is None:
+            await self.client.script_load(source)
+            return
+        await self._node_of(key).execute("SCRIPT", "LOAD", source)
+
+    async def aclose(self) -> None:
+        for found in self.nodes.values():
+            await found.aclose()
+        await self.client.aclose()
+
+
+def _node_url(url: str, host: str, port: int) -> str:
+    """`url` (its scheme, user and password) for one node of the cluster."""
+    parts = urlsplit(url)
+    userinfo, at, _ = parts.netloc.rpartition("@")
+    return urlunsplit(parts._replace(netloc=f"{userinfo}{at}{host}:{port}", path="/0"))
+
+
 # One per event loop (a uvicorn worker has one; tests may have more).
-_batchers: dict[asyncio.AbstractEventLoop, Batcher] = {}
+_batchers: dict[asyncio.AbstractEventLoop, Batcher | ClusterBatcher] = {}
 
 
-def client() -> redis.Redis:
-    """The process-wide Redis client (django-redis' pool, hiredis parser).
+def clustered() -> bool:
+    """Whether Redis is a Redis Cluster (REDIS_CLUSTER)."""
+    return settings.REDIS_CLUSTER
+
+
+def _pool_options() -> dict[str, Any]:
+    return dict(settings.CACHES["default"]["OPTIONS"].get("CONNECTION_POOL_KWARGS", {}))
+
+
+def client() -> redis.Redis | redis.cluster.RedisCluster:
+    """The process-wide Redis client (django-redis' pool, hiredis parser); on a
+    cluster, redis-py's cluster client with the same options (django-redis' pool
+    knows one server only).
 
     Kept here once fetched: asking django-redis every time costs more than a poll's
     own Redis round trip.
     """
     global _client
     if _client is None:
-        _client = get_redis_connection("default")
+        if clustered():
+            _client = redis.cluster.RedisCluster.from_url(
+                settings.CACHES["default"]["LOCATION"], **_pool_options()
+            )
+        else:
+            _client = get_redis_connection("default")
     return _client
 
 
-def batcher() -> Batcher:
+def batcher() -> Batcher | ClusterBatcher:
     """The running event loop's asyncio client, for the fast lane: the same server,
     options and hiredis parser as `client()`."""
     loop = asyncio.get_running_loop()
     found = _batchers.get(loop)
     if found is None:
-        options = dict(settings.CACHES["default"]["OPTIONS"].get("CONNECTION_POOL_KWARGS", {}))
+        options = _pool_options()
         # Per-command timeouts and health checks cost a task and a clock read on
         # every command; the fast lane bounds each request as a whole instead
         # (ASYNC_REQUEST_TIMEOUT).
         options.update(socket_timeout=None, health_check_interval=0)
-        found = Batcher(redis.asyncio.Redis.from_url(settings.CACHES["default"]["LOCATION"], **options))
+        url = settings.CACHES["default"]["LOCATION"]
+        if clustered():
+            found = ClusterBatcher(url, options)
+        else:
+            found = Batcher(redis.asyncio.Redis.from_url(url, **options))
         _batchers[loop] = found
     return found
 
@@ -150,21 +284,63 @@ async def aclose() -> None:
     """Close the running loop's asyncio client (an ASGI worker shutting down)."""
     found = _batchers.pop(asyncio.get_running_loop(), None)
     if found is not None:
-        await found.client.aclose()
+        await found.aclose()
 
 
 @receiver(setting_changed)
 def _forget_client(*, setting: str, **kwargs: Any) -> None:
     global _client
-    if setting == "CACHES":  # tests point the app at another server
+    if setting in ("CACHES", "REDIS_CLUSTER"):  # tests point the app at another server
         _client = None
         _batchers.clear()
 
 
-def now_ms() -> int:
-    """Redis' clock, the one that arrival order and active windows are measured on."""
-    seconds, micros = client().time()
+def now_ms(event_id: str | None = None) -> int:
+    """Redis' clock, the one that arrival order and active windows are measured on.
+
+    On a cluster every node has its own clock: an event's times are read from the
+    node holding the event, the one its scripts read TIME on.
+    """
+    c = client()
+    if event_id is not None and isinstance(c, redis.cluster.RedisCluster):
+        seconds, micros = c.time(target_nodes=c.get_node_from_key(event_keys(event_id).meta))
+    else:
+        seconds, micros = c.time()
     return seconds * 1000 + micros // 1000
+
+
+def event_pipeline(event_id: str) -> redis.client.Pipeline:
+    """A pipeline (no transaction) for commands on one event's keys only. On a
+    cluster it goes straight to the node holding the event (its keys share one
+    slot) rather than through the cluster pipeline, which routes every command on
+    its own: several times slower for the millions of joins of a drill."""
+    c = client()
+    if isinstance(c, redis.cluster.RedisCluster):
+        return c.get_redis_connection(c.get_node_from_key(event_keys(event_id).meta)).pipeline(
+            transaction=False
+        )
+    return c.pipeline(transaction=False)
+
+
+def scan(match: str, *, count: int = 1000) -> Iterator[bytes]:
+    """Every key matching `match`, of every primary on a cluster."""
+    yield from client().scan_iter(match=match, count=count)
+
+
+def delete_matching(pattern: str) -> int:
+    """Delete every key matching `pattern` (on every primary); returns how many.
+    UNLINK of many keys goes slot by slot on a cluster."""
+    c = client()
+    deleted = 0
+    batch: list[bytes] = []
+    for name in scan(pattern):
+        batch.append(name)
+        if len(batch) >= 1000:
+            deleted += c.unlink(*batch)
+            batch.clear()
+    if batch:
+        deleted += c.unlink(*batch)
+    return deleted
 
 
 def ratelimit_key(scope: str, client: str) -> str:
@@ -341,7 +517,7 @@ async def arun(name: str, keys: list[str], args: list[Any]) -> Any:
         return await on.execute("EVALSHA", found.sha, len(keys), *keys, *args)
     except redis.exceptions.NoScriptError:
         # Batched too: after a restart every request in flight is told NOSCRIPT at once.
-        await on.execute("SCRIPT", "LOAD", found.source)
+        await on.script_load(found.source, keys[0] if keys else None)
         return await on.execute("EVALSHA", found.sha, len(keys), *keys, *args)
 
 
@@ -355,7 +531,7 @@ def count_refusal(event_id: str, reason: str) -> None:
     (the refusal the client gets matters more than the count)."""
     try:
         run(*_refusal_call(event_id, reason))
-    except redis.RedisError as exc:
+    except REDIS_ERRORS as exc:
         log.warning("could not count a refusal (%s) for %s: %r", reason, event_id, exc)
 
 
@@ -363,13 +539,14 @@ async def acount_refusal(event_id: str, reason: str) -> None:
     try:
         async with asyncio.timeout(ASYNC_REQUEST_TIMEOUT):
             await arun(*_refusal_call(event_id, reason))
-    except (redis.RedisError, TimeoutError) as exc:
+    except (*REDIS_ERRORS, TimeoutError) as exc:
         log.warning("could not count a refusal (%s) for %s: %r", reason, event_id, exc)
 
 
 def run(name: str, keys: list[str], args: list[Any], *, on: Any = None) -> Any:
     """Run a script on the default client, or on `on`: another client, or a pipeline
     (after `load(name)`), where it is queued rather than run."""
-    if isinstance(on, redis.client.Pipeline):
-        return on.evalsha(script(name).sha, len(keys), *keys, *args)
+    if isinstance(on, _PIPELINES):
+        # As a command: a cluster's pipeline refuses its `evalsha` method, not EVALSHA.
+        return on.execute_command("EVALSHA", script(name).sha, len(keys), *keys, *args)
     return script(name)(keys, args, client() if on is None else on)

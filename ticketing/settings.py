@@ -158,7 +158,12 @@ REDIS_URL = _url(
     ),
     ("redis", "rediss", "unix"),
 )
+# REDIS_URL names one node of a Redis Cluster, from which the others are found:
+# ticketing/redis.py then uses redis-py's cluster clients (sync and asyncio).
+REDIS_CLUSTER = _bool("REDIS_CLUSTER", False)
 
+# The options of every Redis client (ticketing/redis.py builds its cluster clients
+# with them too; django-redis' cache is not cluster aware and is not used then).
 CACHES = {
     "default": {
         "BACKEND": "django_redis.cache.RedisCache",
@@ -203,6 +208,12 @@ TRUSTED_PROXIES = _networks("TRUSTED_PROXIES")
 # --- Broker and booking messages ----------------------------------------------
 # RABBITMQ_URL is the seed's name; unset, the broker is the same Redis.
 BROKER_URL = _url("RABBITMQ_URL", REDIS_URL, ("amqp", "amqps", "pyamqp", "redis", "rediss", "memory"))
+if REDIS_CLUSTER and BROKER_URL.startswith(("redis://", "rediss://")):
+    # Celery's Redis transport talks to one server (multi-key commands across
+    # slots, blocking pops on keys it cannot tag): it does not work on a cluster.
+    raise ImproperlyConfigured(
+        "REDIS_CLUSTER=true needs RABBITMQ_URL (amqp://...): Celery's broker cannot be a Redis Cluster"
+    )
 BOOKING_QUEUE = env.str("BOOKING_QUEUE", default="booking.completed")
 
 # Reconcile decides outbox entries older than this whose request never did (its

@@ -98,6 +98,7 @@ class Run:
         return {
             "DATABASE_URL": self.pg_proxy.postgres_url(db_name),
             "REDIS_URL": self.redis_proxy.redis_url(),
+            "REDIS_CLUSTER": "false",  # the proxy stands before one server of its own
             "BOOKING_RECONCILE_GRACE_SEC": str(GRACE_SEC),
             "LOG_LEVEL": "CRITICAL",
         }
@@ -253,7 +254,7 @@ class Run:
     def execute(self) -> None:
         caches = {"default": {**settings.CACHES["default"], "LOCATION": self.redis.url}}
         try:
-            with override_settings(CACHES=caches, BOOKING_RECONCILE_GRACE_SEC=GRACE_SEC):
+            with override_settings(CACHES=caches, REDIS_CLUSTER=False, BOOKING_RECONCILE_GRACE_SEC=GRACE_SEC):
                 self._execute()
         finally:
             self.redis.stop()

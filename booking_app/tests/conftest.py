@@ -101,9 +101,9 @@ class RedisServer:
 @pytest.fixture
 def redis_server(tmp_path):
     """A Redis of this test's own, used by the test process too (so FLUSHALL, a
-    crash or a restore harms nobody else)."""
+    crash or a restore harms nobody else). One server, in the cluster run too."""
     server = RedisServer(tmp_path)
     caches = {"default": {**settings.CACHES["default"], "LOCATION": server.url}}
-    with override_settings(CACHES=caches, REDIS_URL=server.url):
+    with override_settings(CACHES=caches, REDIS_URL=server.url, REDIS_CLUSTER=False):
         yield server
     server.stop()

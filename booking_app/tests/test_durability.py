@@ -203,6 +203,7 @@ def _swallow(base: str, token: str, event_id: str) -> None:
         pass  # the server died mid-request, as intended
 
 
+@pytest.mark.single_redis  # a redis-server of its own (restarted, flushed, proxied)
 def test_flushall_then_recover_event_never_oversells(redis_server, api, make_event, active_tokens, capsys):
     event = make_event(total_seats=10)
     tokens = active_tokens(event, 4)

@@ -40,6 +40,7 @@ def assert_sold_out_exactly(event) -> None:
 # --- Redis came back from an older snapshot (or lost its last second) ---------------
 
 
+@pytest.mark.single_redis  # a redis-server of its own (restarted, flushed, proxied)
 @pytest.mark.django_db(transaction=True)
 def test_redis_back_from_an_older_snapshot_never_oversells(
     postgres, redis_server, make_event, active_tokens, api
@@ -89,6 +90,7 @@ def test_reconcile_heals_a_count_postgres_contradicts(postgres, make_event, acti
 # --- FLUSHALL (or init_event --reset) after a cancellation Redis never saw -----------
 
 
+@pytest.mark.single_redis  # a redis-server of its own (restarted, flushed, proxied)
 @pytest.mark.parametrize("rebuild", ["recover_event", "init_event --reset"])
 @pytest.mark.django_db(transaction=True)
 def test_a_cancellation_redis_missed_is_returned_once_after_a_rebuild(
@@ -245,6 +247,7 @@ def app_on_private_redis(postgres, redis_server, gunicorn):
     return base
 
 
+@pytest.mark.single_redis  # a redis-server of its own (restarted, flushed, proxied)
 @pytest.mark.parametrize("trouble", ["READONLY", "OOM", "BUSY"])
 @pytest.mark.django_db(transaction=True)
 def test_a_redis_that_refuses_writes_is_a_503(
@@ -285,6 +288,7 @@ def _swallow(call) -> None:
         pass
 
 
+@pytest.mark.single_redis  # a redis-server of its own (restarted, flushed, proxied)
 @pytest.mark.django_db(transaction=True)
 def test_a_key_of_the_wrong_type_is_a_503_and_changes_nothing(
     redis_server, app_on_private_redis, make_event, active_tokens, snapshot
@@ -384,6 +388,7 @@ def test_a_commit_that_never_reached_postgres_is_decided_on_a_fresh_connection(
     assert seats_left(event.event_id) == 1
 
 
+@pytest.mark.single_redis  # a redis-server of its own (restarted, flushed, proxied)
 @pytest.mark.django_db(transaction=True)
 def test_a_redis_error_after_the_commit_still_answers_confirmed(
     postgres, redis_server, redis_proxy, gunicorn, make_event, active_tokens
@@ -405,6 +410,7 @@ def test_a_redis_error_after_the_commit_still_answers_confirmed(
     assert seats_left(event.event_id) == 2
 
 
+@pytest.mark.single_redis  # a redis-server of its own (restarted, flushed, proxied)
 @pytest.mark.parametrize("cut", [Action.CUT_BEFORE, Action.CUT_AFTER])
 @pytest.mark.django_db(transaction=True)
 def test_a_redis_error_inside_a_give_back_never_gives_twice(
@@ -440,7 +446,7 @@ def test_outbox_entries_stamped_by_a_clock_that_later_went_back_are_still_settle
     token = active_tokens(event, 1)[0]
     k = r.EventKeys(event.event_id)
     rid = str(uuid.uuid4())
-    ahead = r.now_ms() + 10 * 60_000  # ten minutes ahead of Redis' clock now
+    ahead = r.now_ms(event.event_id) + 10 * 60_000  # ten minutes ahead of Redis' clock now
     r.client().decrby(k.seats, 2)
     r.client().set(k.booked(token), rid)
     r.client().xadd(
@@ -502,6 +508,7 @@ def test_reconcile_sets_a_seat_ledger_changed_by_hand_from_the_rows(postgres, ma
     assert reconcile.booking_reconcile(event.event_id).consistent
 
 
+@pytest.mark.single_redis  # a redis-server of its own (restarted, flushed, proxied)
 @pytest.mark.django_db(transaction=True)
 def test_the_periodic_reconcile_rebuilds_an_open_event_redis_lost(
     postgres, redis_server, make_event, active_tokens, api

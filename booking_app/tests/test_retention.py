@@ -26,7 +26,7 @@ def _settle_at_once(settings) -> None:
 
 
 def redis_keys(event_id: str) -> list[bytes]:
-    return list(r.client().scan_iter(match=r.EventKeys(event_id).pattern(), count=1000))
+    return list(r.scan(r.EventKeys(event_id).pattern()))
 
 
 def a_sale(event, active_tokens, api) -> tuple[str, uuid.UUID]:

@@ -333,7 +333,7 @@ def test_a_draw_killed_before_it_switched_is_run_again_to_the_same_order(schedul
     assert len(first) == 20
     assert one_lane.poll(early[0]["token"], event.event_id)[1]["data"]["status"] == "DRAWING"
     client = r.client()
-    left_over = [k for k in client.scan_iter(match=f"ticket:{{{event.event_id}}}:queue:draw:*")]
+    left_over = [k for k in r.scan(r.key(event.event_id, "queue", "draw", "*"))]
     assert left_over and all(0 < client.pttl(k) <= 10 * draw.CLAIM_MS for k in left_over)
 
     assert draw.run(event.event_id).outcome == "DONE"
@@ -364,7 +364,7 @@ def test_two_runs_at_once_put_one_order_in_place(scheduled, one_lane):
     listed = published_list(event.event_id)
     ranks = sorted(one_lane.poll(p["token"], event.event_id)[1]["data"]["rank"] for p in early[:50])
     assert len(set(ranks)) == 50
-    assert not [key for key in client.scan_iter(match=f"ticket:{{{event.event_id}}}:queue:draw:*")]
+    assert not [key for key in r.scan(r.key(event.event_id, "queue", "draw", "*"))]
     assert draw.run(event.event_id).outcome == "DONE"  # a third run changes nothing
     assert published_list(event.event_id) == listed
 

@@ -72,9 +72,9 @@ def test_a_place_costs_nothing_in_redis(api, event, rc):
     """The line is counters: joining moves `seq`, and no key is written for the
     person; the token carries their place."""
     k = r.EventKeys(event.event_id)
-    before = {name: rc.type(name) for name in rc.scan_iter(match=k.pattern())}
+    before = {name: rc.type(name) for name in r.scan(k.pattern())}
     joined = [api.token(event.event_id) for _ in range(50)]
-    after = {name: rc.type(name) for name in rc.scan_iter(match=k.pattern())}
+    after = {name: rc.type(name) for name in r.scan(k.pattern())}
     # The arrival counter, and 2 random bytes a person (lua/lib/line.lua).
     assert after == {**before, k.seq.encode(): b"string", k.nonces.encode(): b"string"}
     assert int(rc.get(k.seq)) == 50 and rc.strlen(k.nonces) == 2 * 50

@@ -107,6 +107,16 @@ def test_next_poll_follows_the_seed_table_with_jitter(status, rank, base):
         assert abs(statistics.median(samples) - base) < base * 0.05
 
 
+def _server_of(redis_url: str, event_id: str) -> str:
+    """The server holding the event: REDIS_URL's, or on a cluster its node (MONITOR
+    sees one server's commands)."""
+    c = r.client()
+    if not isinstance(c, redis_lib.cluster.RedisCluster):
+        return redis_url
+    node = c.get_node_from_key(r.event_keys(event_id).meta)
+    return f"redis://{node.host}:{node.port}/0"
+
+
 def _commands_received(redis_url: str, action) -> list[dict]:
     """What the Redis server receives while `action` runs, seen through MONITOR."""
     seen: list[dict] = []
@@ -141,6 +151,7 @@ def test_polls_of_waiting_people_send_redis_nothing(
     thousand polls of waiting people send Redis no command and Postgres no query;
     the refresh itself is one round trip, and so is the poll of an admitted person."""
     settings.QUEUE_LINE_REFRESH_MS = 60_000
+    redis_url = _server_of(redis_url, event.event_id)
     waiting = [api.token(event.event_id) for _ in range(5)]
     line.forget()
     api.poll(waiting[0], event.event_id)  # warm: the copy is read, scripts are loaded

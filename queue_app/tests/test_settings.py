@@ -11,7 +11,8 @@ BASE = Path(__file__).resolve().parents[2]
 
 
 def _start(**env) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if k not in env}
+    # (Not the cluster run's REDIS_CLUSTER: the settings of a plain environment.)
+    clean = {k: v for k, v in os.environ.items() if k not in env and k != "REDIS_CLUSTER"}
     return subprocess.run(
         [
             sys.executable,
@@ -38,6 +39,7 @@ def _start(**env) -> subprocess.CompletedProcess:
         ("RABBITMQ_URL", "rabbit"),
         ("DATABASE_URL", "nosuchdb://x"),
         ("DEBUG", "maybe"),
+        ("REDIS_CLUSTER", "maybe"),
         ("TRUSTED_PROXIES", "10.0.0.300"),
     ],
 )
@@ -58,6 +60,15 @@ def test_the_broker_defaults_to_redis_and_takes_rabbitmq_url():
     assert out[2] == "redis://h:1/0"
     out = _start(REDIS_URL="redis://h:1/0", RABBITMQ_URL="amqp://guest:guest@mq:5672//").stdout.split()
     assert out[2] == "amqp://guest:guest@mq:5672//"
+
+
+def test_a_redis_cluster_needs_rabbitmq_for_the_broker():
+    result = _start(REDIS_URL="redis://h:1/0", REDIS_CLUSTER="true", RABBITMQ_URL="")
+    assert result.returncode != 0
+    assert "REDIS_CLUSTER=true needs RABBITMQ_URL" in result.stderr, result.stderr
+    result = _start(REDIS_URL="redis://h:1/0", REDIS_CLUSTER="true", RABBITMQ_URL="amqp://mq:5672//")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[2] == "amqp://mq:5672//"
 
 
 def test_env_example_covers_the_seed_variables():

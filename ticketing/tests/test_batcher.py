@@ -3,9 +3,10 @@ reply, and it never has more pipelines in flight than its pool has connections."
 
 import asyncio
 
+import pytest
 import redis.asyncio
 
-from ticketing.redis import Batcher
+from ticketing.redis import Batcher, ClusterBatcher
 
 
 async def _many_turns(url: str, pool_size: int, callers: int) -> tuple[list, int]:
@@ -70,3 +71,36 @@ def test_commands_a_stuck_redis_never_answers_fail_in_time(monkeypatch) -> None:
     assert all(isinstance(reply, TimeoutError) for reply in first), first
     assert 0.25 <= took < 1.5
     assert isinstance(second[0], TimeoutError)
+
+
+@pytest.mark.cluster
+def test_on_a_cluster_each_caller_is_answered_by_its_keys_node(redis_url: str) -> None:
+    """The cluster's batcher: a thousand callers over fifty turns, their keys on
+    every node; each command went to the node owning its key (a wrong node would
+    have answered MOVED, and the node's batcher would have seen no command)."""
+    from ticketing import redis as r
+
+    keys = [f"batcher:{{{i}}}" for i in range(1000)]
+    for i, name in enumerate(keys):
+        r.client().set(name, i)
+
+    async def main() -> tuple[list, set[str]]:
+        batcher = ClusterBatcher(redis_url, {"max_connections": 2})
+
+        async def caller(i: int) -> object:
+            for _ in range(i % 50):
+                await asyncio.sleep(0)
+            return await batcher.execute("GET", keys[i])
+
+        try:
+            replies = await asyncio.gather(*(caller(i) for i in range(1000)), return_exceptions=True)
+            return replies, set(batcher.nodes)
+        finally:
+            await batcher.aclose()
+
+    try:
+        replies, nodes = asyncio.run(main())
+    finally:
+        r.client().delete(*keys)
+    assert replies == [str(i).encode() for i in range(1000)]
+    assert nodes == {node.name for node in r.client().get_primaries()}

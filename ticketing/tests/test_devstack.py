@@ -37,6 +37,32 @@ def test_exec_runs_a_command_with_an_embedded_redis():
     assert out.stdout.strip().splitlines()[-1].startswith("6.2.")
 
 
+def test_exec_cluster_runs_a_command_with_a_local_redis_cluster_and_removes_it():
+    """`exec --cluster`: three primaries sharing every slot, REDIS_URL and
+    REDIS_CLUSTER set for the command (whatever REDIS_URL said before); afterwards
+    the nodes are stopped."""
+    probe = (
+        "import os; from redis.cluster import RedisCluster; "
+        "c = RedisCluster.from_url(os.environ['REDIS_URL']); "
+        "print(os.environ['REDIS_CLUSTER'], c.cluster_info()['cluster_state'], "
+        "*sorted(n.port for n in c.get_primaries()))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-m", "ticketing.devstack", "exec", "--cluster", "--", sys.executable, "-c", probe],
+        cwd=BASE,
+        env={**os.environ, "REDIS_URL": "redis://127.0.0.1:1/0"},
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert out.returncode == 0, out.stderr
+    clustered, state, *ports = out.stdout.strip().splitlines()[-1].split()
+    assert (clustered, state, len(ports)) == ("true", "ok", 3)
+    for port in ports:
+        with socket.socket() as s:
+            assert s.connect_ex(("127.0.0.1", int(port))) != 0
+
+
 def test_serve_runs_the_seed_curl_flow_and_stops_everything(tmp_path):
     port, redis_port = free_port(), free_port()
     event_id = f"serve-{uuid.uuid4().hex[:8]}"

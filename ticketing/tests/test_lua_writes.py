@@ -176,9 +176,7 @@ def drawn_but_not_switched(make_event: Callable[..., Event]) -> World:
     real = r.run
     with mock.patch.object(r, "run", stop), pytest.raises(_Recorded):
         draw.run(world.event.event_id)
-    run_keys = sorted(
-        n.decode() for n in r.client().scan_iter(match=r.key(world.event.event_id, "queue", "draw", "*"))
-    )
+    run_keys = sorted(n.decode() for n in r.scan(r.key(world.event.event_id, "queue", "draw", "*")))
     world.extra["run"] = run_keys
     assert len(run_keys) == 1 and run_keys[0].endswith(":pos"), run_keys
     return world
