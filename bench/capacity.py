@@ -275,13 +275,43 @@ COLUMNS = {
 MEDIAN = COLUMNS["median"]
 
 
+def units_for_model(units: dict, regime: str = "_paced", background: dict | None = None) -> Units:
+    """The measured units in the model's form (`regime`: "" the closed loop's, "_paced"
+    the open loop's). A waiting person's poll carries only what is per poll: its
+    Redis side is the refreshes, the model's fixed cost per process. `background` is
+    the run's window with Celery and no requests: the tick, Redis' own cron."""
+    names = [f for f in Unit.__dataclass_fields__]
+    kinds = {k: Unit(**{n: units[k + regime].get(n, 0.0) for n in names}) for k in KINDS}
+    wait = kinds["poll_wait"]
+    kinds["poll_wait"] = Unit(wait.web_ms, 0.0, 0.0, 0.0, 0.0, wait.http_in, wait.http_out)
+    refresh = units["refresh" + regime]
+    fixed = {"celery_cores": 0.0}  # a --units-only run: no background window
+    if background:
+        s = background["seconds"]
+        r = background["redis"]
+        fixed = {
+            "celery_cores": background["celery_cpu_s"] / s,
+            "background_redis_us_per_s": 1e6 * r["cpu_s"] / s,
+            "background_redis_cmds_per_s": r["cmds"] / s,
+            "background_redis_in_per_s": r["in"] / s,
+            "background_redis_out_per_s": r["out"] / s,
+        }
+    return Units(
+        **kinds,
+        refresh_cmds_per_proc_s=refresh["cmds_per_proc_s"],
+        refresh_redis_us_per_proc_s=refresh["redis_us_per_proc_s"],
+        refresh_redis_out_per_proc_s=refresh["redis_out_per_proc_s"],
+        **fixed,
+    )
+
+
 def median_units(paths: list[Path], regime: str) -> Units:
     """The median of each unit cost over `bench/sale.py` runs (their JSON)."""
     from statistics import median
 
-    from bench.sale import units_for_model
-
     runs = [json.loads(path.read_text()) for path in paths]
+    # (Runs from before the refreshes were measured on their own cannot say it.)
+    runs = [run for run in runs if "refresh" + regime in run["units"]]
     found = [asdict(units_for_model(r["units"], regime, r.get("background"))) for r in runs]
 
     def middle(values: list[float]) -> float:  # (runs older than a field have 0 for it)
@@ -306,9 +336,7 @@ def units_from_json(path: Path) -> Units:
     if "model_units_paced" in data:
         found = data["model_units_paced"]
         return Units(**{k: Unit(**found[k]) if k in KINDS else v for k, v in found.items()})
-    from bench.sale import units_for_model  # a --units-only run: no background window
-
-    return units_for_model(data["units"], "_paced")
+    return units_for_model(data["units"], "_paced")  # a --units-only run: no background window
 
 
 # --- The crowd -------------------------------------------------------------------------

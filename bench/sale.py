@@ -403,36 +403,6 @@ async def measure_units(
     return units
 
 
-def units_for_model(units: dict, regime: str = "_paced", background: dict | None = None) -> capacity.Units:
-    """The measured units in the model's form (`regime`: "" the closed loop's, "_paced"
-    the open loop's). A waiting person's poll carries only what is per poll: its
-    Redis side is the refreshes, the model's fixed cost per process. `background` is
-    the run's window with Celery and no requests: the tick, Redis' own cron."""
-    names = [f for f in capacity.Unit.__dataclass_fields__]
-    kinds = {k: capacity.Unit(**{n: units[k + regime].get(n, 0.0) for n in names}) for k in capacity.KINDS}
-    wait = kinds["poll_wait"]
-    kinds["poll_wait"] = capacity.Unit(wait.web_ms, 0.0, 0.0, 0.0, 0.0, wait.http_in, wait.http_out)
-    refresh = units["refresh" + regime]
-    fixed = {"celery_cores": 0.0}  # a --units-only run: no background window
-    if background:
-        s = background["seconds"]
-        r = background["redis"]
-        fixed = {
-            "celery_cores": background["celery_cpu_s"] / s,
-            "background_redis_us_per_s": 1e6 * r["cpu_s"] / s,
-            "background_redis_cmds_per_s": r["cmds"] / s,
-            "background_redis_in_per_s": r["in"] / s,
-            "background_redis_out_per_s": r["out"] / s,
-        }
-    return capacity.Units(
-        **kinds,
-        refresh_cmds_per_proc_s=refresh["cmds_per_proc_s"],
-        refresh_redis_us_per_proc_s=refresh["redis_us_per_proc_s"],
-        refresh_redis_out_per_proc_s=refresh["redis_out_per_proc_s"],
-        **fixed,
-    )
-
-
 # --- Part 2: the sale ---------------------------------------------------------------------
 
 
@@ -696,8 +666,8 @@ def report(results: dict) -> str:
 def check(results: dict) -> None:
     """The model's predictions for each window of the sale, from this run's units."""
     processes = results["units"]["web_processes"]
-    batched = units_for_model(results["units"], "", results["background"])
-    unbatched = units_for_model(results["units"], "_paced", results["background"])
+    batched = capacity.units_for_model(results["units"], "", results["background"])
+    unbatched = capacity.units_for_model(results["units"], "_paced", results["background"])
     # The model's median column (bench/capacity.py COLUMNS), from this run's units.
     median = capacity.mix([batched, unbatched], unbatched)
     for regime, model_units in (("", batched), ("_paced", unbatched), ("_median", median)):
@@ -847,8 +817,8 @@ def main() -> int:
             capacity.table(
                 capacity.Crowd(),
                 columns={
-                    "batched": units_for_model(results["units"], "", results["background"]),
-                    "unbatched": units_for_model(results["units"], "_paced", results["background"]),
+                    "batched": capacity.units_for_model(results["units"], "", results["background"]),
+                    "unbatched": capacity.units_for_model(results["units"], "_paced", results["background"]),
                 },
             )
         )
