@@ -513,26 +513,6 @@ class Bench:
         }
 
 
-def forget(stack: Stack, events: list[str], broker: str) -> None:
-    """Stop the servers (no request may still be writing), then remove the run's rows
-    from the bench database and its queue from the broker."""
-    for name, proc in list(stack.procs):
-        if name != "redis":
-            stack.stop(proc)
-    with contextlib.suppress(Exception):
-        from booking_app.models import Reservation
-        from queue_app.models import Event
-
-        Reservation.objects.filter(event_id__in=events).delete()
-        Event.objects.filter(event_id__in=events).delete()
-    if broker == "rabbitmq":
-        with contextlib.suppress(Exception):
-            from kombu import Connection
-
-            with Connection(RABBITMQ_URL) as conn:
-                conn.default_channel.queue_delete(stack.env["BOOKING_QUEUE"])
-
-
 def admit_once(event_id: str) -> "Tick":
     """One admission tick; a second that already had one is waited out."""
     from queue_app import services
@@ -851,7 +831,7 @@ def bench(args: argparse.Namespace) -> int:
             for waiting in plan.lines[1:]:
                 run.line_phase(waiting)
         finally:
-            forget(stack, run.events, broker)
+            stack.forget(run.events, RABBITMQ_URL if broker == "rabbitmq" else None)
         results = run.results
         results["machine"]["loadavg_end"] = Path("/proc/loadavg").read_text().split()[:3]
         results.update(
@@ -899,7 +879,7 @@ def serve(args: argparse.Namespace) -> int:
         try:
             tick_forever(services.events_admit, proc)
         finally:
-            forget(stack, [args.event_id], broker)
+            stack.forget([args.event_id], RABBITMQ_URL if broker == "rabbitmq" else None)
     return 0
 
 

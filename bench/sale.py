@@ -278,24 +278,6 @@ def start_celery(stack: Stack) -> None:
     )
 
 
-def forget(stack: Stack, events: list[str]) -> None:
-    """Stop the servers, then remove the run's rows and its queue."""
-    for name, proc in list(stack.procs):
-        if name != "redis":
-            stack.stop(proc)
-    with contextlib.suppress(Exception):
-        from booking_app.models import Reservation
-        from queue_app.models import Event
-
-        Reservation.objects.filter(event_id__in=events).delete()
-        Event.objects.filter(event_id__in=events).delete()
-    with contextlib.suppress(Exception):
-        from kombu import Connection
-
-        with Connection(BROKER_URL) as conn:
-            conn.default_channel.queue_delete(stack.env["BOOKING_QUEUE"])
-
-
 # --- Part 1: unit costs ---------------------------------------------------------------------
 
 
@@ -799,7 +781,7 @@ def main() -> int:
         results["machine"] = machine()
         results["started_utc"] = stamp
     finally:
-        forget(stack, events)
+        stack.forget(events, BROKER_URL)
         stack.close()
         if args.keep:
             say(f"logs kept in {workdir}")

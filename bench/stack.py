@@ -255,6 +255,26 @@ class Stack:
             os.killpg(proc.pid, signal.SIGKILL)
         self.procs = [(n, p) for n, p in self.procs if p is not proc]
 
+    def forget(self, events: list[str], broker_url: str | None) -> None:
+        """Stop the servers (no request may still be writing), then remove the run's
+        rows from the bench database and its queue from the broker (RabbitMQ's, at
+        `broker_url`; a private Redis goes with the run)."""
+        for name, proc in list(self.procs):
+            if name != "redis":
+                self.stop(proc)
+        with contextlib.suppress(Exception):
+            from booking_app.models import Reservation
+            from queue_app.models import Event
+
+            Reservation.objects.filter(event_id__in=events).delete()
+            Event.objects.filter(event_id__in=events).delete()
+        if broker_url is not None:
+            with contextlib.suppress(Exception):
+                from kombu import Connection
+
+                with Connection(broker_url) as conn:
+                    conn.default_channel.queue_delete(self.env["BOOKING_QUEUE"])
+
     def close(self) -> None:
         """Stop everything still running, last started first."""
         for _, proc in reversed(list(self.procs)):
