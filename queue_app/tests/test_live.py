@@ -55,8 +55,8 @@ def test_the_live_json_for_operators(operator, make_event, api):
     tokens = [api.token(event.event_id) for _ in range(3)]
     admit_all(event.event_id)
     book(api, tokens[0], event.event_id, 2)
-    api.token(event.event_id)
-    services.events_admit()
+    services.events_admit()  # (a sample for the series; in another second it admits nobody)
+    api.token(event.event_id)  # after the tick: waiting, whichever second the tick fell in
     resp = operator.get(f"/admin/queue_app/event/{event.pk}/live.json")
     assert resp.status_code == 200
     data = resp.json()
