@@ -543,7 +543,8 @@ def gunicorn_conf(env: dict[str, str], app_dir: Path) -> dict:
     code = (
         "import json, ticketing.gunicorn_conf as c; print(json.dumps({k: getattr(c, k) "
         "for k in ('bind', 'workers', 'worker_class', 'threads', 'keepalive', 'accesslog') if hasattr(c, k)}"
-        " | {'worker_options': getattr(getattr(c, 'Worker', None), 'CONFIG_KWARGS', None)}))"
+        " | {'worker_options': getattr(getattr(c, 'Worker', None), 'CONFIG_KWARGS', None)},"
+        " default=lambda o: f'{o.__module__}.{o.__qualname__}'))"  # (a class: the protocol)
     )
     done = subprocess.run([PYTHON, "-c", code], cwd=app_dir, env=env, capture_output=True, text=True)
     return json.loads(done.stdout)
