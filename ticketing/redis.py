@@ -295,14 +295,14 @@ def _forget_client(*, setting: str, **kwargs: Any) -> None:
         _batchers.clear()
 
 
-def now_ms(event_id: str | None = None) -> int:
+def now_ms(event_id: str) -> int:
     """Redis' clock, the one that arrival order and active windows are measured on.
 
     On a cluster every node has its own clock: an event's times are read from the
     node holding the event, the one its scripts read TIME on.
     """
     c = client()
-    if event_id is not None and isinstance(c, redis.cluster.RedisCluster):
+    if isinstance(c, redis.cluster.RedisCluster):
         seconds, micros = c.time(target_nodes=c.get_node_from_key(event_keys(event_id).meta))
     else:
         seconds, micros = c.time()
