@@ -12,8 +12,9 @@ $(BIN)/.installed: requirements.txt requirements-dev.txt
 	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
 	@touch $@
 
+# V=1 shows every log line on the terminal (else warnings and errors; all in var/log/stack.log).
 run: $(BIN)/.installed
-	$(BIN)/python -m ticketing.devstack serve
+	$(BIN)/python -m ticketing.devstack serve $(if $(V),--verbose)
 
 # Every test on one Redis, then the Redis tests again on a Redis Cluster.
 test: lint
@@ -57,7 +58,7 @@ sale: $(BIN)/.installed
 	$(BIN)/python bench/sale.py $(SALE_ARGS)
 
 # The fault-injection soak (docs/reliability.md): CHAOS_RUNS runs with random seeds;
-# CHAOS_SEED=<n> CHAOS_SCENARIO=<name> replays one. Needs Postgres (DATABASE_URL).
+# CHAOS_SEED=<n> CHAOS_SCENARIO=<name> replays one.
 CHAOS_RUNS ?= 50
 chaos: $(BIN)/.installed
 	CHAOS_RUNS=$(CHAOS_RUNS) $(BIN)/python -m ticketing.devstack exec -- \

@@ -32,6 +32,16 @@ def require(condition: bool, reason: str) -> None:
     pytest.skip(reason)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    if settings.STACK_ATTACHED:
+        # The suite flushes, crashes and restores Redis servers: never the one of `make run`.
+        pytest.exit(
+            "the tests run on servers of their own, not on the stack `make run` serves: "
+            "run them with `make test` (or set REDIS_URL and DATABASE_URL)",
+            returncode=2,
+        )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked `cluster` need a Redis Cluster: they run in the cluster run
     (`make test-cluster`) and are deselected, not skipped, in any other."""
@@ -349,6 +359,12 @@ def wait_for_health(base: str, proc=None, seconds: float = 60) -> None:
         time.sleep(0.1)
 
 
+def database_url_of_tests() -> str:
+    """The test database as a DATABASE_URL, for the processes a test starts."""
+    db = settings.DATABASES["default"]
+    return f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
+
+
 def free_port() -> int:
     import socket
 
@@ -381,6 +397,7 @@ def start_gunicorn(
             **os.environ,
             "REDIS_URL": settings.REDIS_URL,
             "REDIS_CLUSTER": str(settings.REDIS_CLUSTER).lower(),
+            "DATABASE_URL": database_url_of_tests(),
             "HOST": "127.0.0.1",
             "PORT": str(port),
             "WEB_CONCURRENCY": str(workers),

@@ -186,7 +186,7 @@ def _recount(k: r.EventKeys, report: Report) -> bool:
         returned = {rid.decode() for rid in r.client().hkeys(k.returned)}
         outermost = not connection.in_atomic_block
         with transaction.atomic():
-            if connection.vendor == "postgresql" and outermost:  # one snapshot for every query below
+            if outermost:  # one snapshot for every query below
                 with connection.cursor() as cur:
                     cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             # The snapshot starts with this first query; the outbox is read after it.

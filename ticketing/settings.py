@@ -14,6 +14,8 @@ from urllib.parse import quote
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from ticketing import devstack
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
 
@@ -146,18 +148,45 @@ PORT = _int("PORT", 8000, minimum=1)
 # ticketing/asgi.py); the crowd's endpoints do not use them.
 WEB_THREADS = _int("WEB_THREADS", 8, minimum=1)
 
-# --- Redis -----------------------------------------------------------------
-# REDIS_URL wins; otherwise the seed's REDIS_HOST / REDIS_PORT / REDIS_PASSWORD.
+# --- Where Redis and Postgres are -----------------------------------------------
+# The environment's URLs win (REDIS_URL, or the seed's REDIS_HOST / REDIS_PORT /
+# REDIS_PASSWORD; DATABASE_URL). Unset, the ones of the stack running in this
+# checkout (`make run` publishes them: ticketing/devstack.py), so that a command in
+# another shell acts on what is running. With neither, nothing is guessed: a
+# default address could be some other server.
+_stack_offline = _bool("STACK_OFFLINE", False)  # set by manage.py for commands that reach no server
+_configured_redis = bool(env.str("REDIS_URL", default="").strip() or env.str("REDIS_HOST", default=""))
+_configured_database = bool(env.str("DATABASE_URL", default="").strip())
+_stack = None if _configured_redis and _configured_database else devstack.live()
+# True when the stack's addresses were taken: the tests refuse to run on them.
+STACK_ATTACHED = _stack is not None
+
+
+def _not_running(name: str) -> str:
+    if _stack_offline:
+        return ""
+    raise ImproperlyConfigured(
+        f"{name} is unset and no stack is running in {BASE_DIR}: `make run` starts one "
+        f"(`make test` its own for the tests), or set {name}"
+    )
+
+
 _redis_password = env.str("REDIS_PASSWORD", default="")
-REDIS_URL = _url(
-    "REDIS_URL",
-    "redis://{auth}{host}:{port}/0".format(
-        auth=f":{quote(_redis_password, safe='')}@" if _redis_password else "",
-        host=env.str("REDIS_HOST", default="127.0.0.1"),
-        port=_int("REDIS_PORT", 6379, minimum=1),
-    ),
-    ("redis", "rediss", "unix"),
-)
+if _configured_redis:
+    REDIS_URL = _url(
+        "REDIS_URL",
+        "redis://{auth}{host}:{port}/0".format(
+            auth=f":{quote(_redis_password, safe='')}@" if _redis_password else "",
+            host=env.str("REDIS_HOST", default="127.0.0.1"),
+            port=_int("REDIS_PORT", 6379, minimum=1),
+        ),
+        ("redis", "rediss", "unix"),
+    )
+elif _stack and _stack.get("redis_url"):
+    REDIS_URL = _stack["redis_url"]
+else:
+    # Commands that reach no server still load the settings: an address nothing answers.
+    REDIS_URL = _not_running("REDIS_URL") or "redis://stack-not-running.invalid:6379/0"
 # REDIS_URL names one node of a Redis Cluster, from which the others are found:
 # ticketing/redis.py then uses redis-py's cluster clients (sync and asyncio).
 REDIS_CLUSTER = _bool("REDIS_CLUSTER", False)
@@ -231,31 +260,39 @@ CELERY_TIMEZONE = "UTC"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # --- Database ----------------------------------------------------------------
-_database_url = env.str("DATABASE_URL", default="").strip() or f"sqlite:///{VAR_DIR / 'db.sqlite3'}"
-_database = env.db_url_config(_database_url)
-if not _database["ENGINE"].startswith("django.db.backends."):
-    raise ImproperlyConfigured(f"DATABASE_URL={_database_url!r}: expected postgres://... or sqlite:///...")
-DATABASES = {"default": _database}
-if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
-    VAR_DIR.mkdir(exist_ok=True)
-    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+# PostgreSQL only: the seat ledger (a trigger and a CHECK), the partial unique
+# indexes and the row locks the booking relies on are Postgres features.
+if _configured_database:
+    _database_url = env.str("DATABASE_URL").strip()
+elif _stack and _stack.get("database_url"):
+    _database_url = _stack["database_url"]
 else:
-    DATABASES["default"].setdefault("OPTIONS", {}).update(
+    _database_url = _not_running("DATABASE_URL")
+if _database_url:
+    _database = env.db_url_config(_database_url)
+    if _database["ENGINE"] != "django.db.backends.postgresql":
+        raise ImproperlyConfigured(f"DATABASE_URL={_database_url!r}: expected postgres://...")
+    _database.setdefault("OPTIONS", {}).update(
         {
             # A booking waits for Postgres at most this long (twice: it asks again on
             # a fresh connection) before it answers BOOKING_PENDING for reconcile.
             "connect_timeout": 5,
             "options": "-c statement_timeout=10000",
-            # Under ASGI each request's sync code runs in a thread of its own: a pool
-            # (psycopg's) hands connections from request to request instead of one
-            # new connection per request. A connection that died is replaced.
-            "pool": {
-                "min_size": _int("DB_POOL_MIN", 2),
-                "max_size": _int("DB_POOL_MAX", 20, minimum=1),
-                "timeout": 10,
-            },
         }
     )
+    # Under ASGI each request's sync code runs in a thread of its own: a pool
+    # (psycopg's) hands connections from request to request instead of one new
+    # connection per request. A connection that died is replaced. manage.py turns it
+    # off: a command asks once, and hears at once when Postgres is not there.
+    if _bool("DB_POOL", True):
+        _database["OPTIONS"]["pool"] = {
+            "min_size": _int("DB_POOL_MIN", 2),
+            "max_size": _int("DB_POOL_MAX", 20, minimum=1),
+            "timeout": 10,
+        }
+else:  # a command that reaches no server (makemigrations, collectstatic)
+    _database = {"ENGINE": "django.db.backends.dummy"}
+DATABASES = {"default": _database}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Django --------------------------------------------------------------------
@@ -379,6 +416,17 @@ LOG_FORMAT = env.str("LOG_FORMAT", default="").strip().lower() or "text"
 if LOG_FORMAT not in ("text", "json"):
     raise ImproperlyConfigured(f"LOG_FORMAT={LOG_FORMAT!r}: expected text or json")
 
+# LOG_LEVEL: what is logged; LOG_CONSOLE_LEVEL: what of it reaches the console (the
+# dev stack keeps the console to warnings and writes everything to LOG_FILE).
+LOG_LEVEL = env.str("LOG_LEVEL", default="").strip().upper() or "INFO"
+LOG_CONSOLE_LEVEL = env.str("LOG_CONSOLE_LEVEL", default="").strip().upper() or LOG_LEVEL
+LOG_FILE = env.str("LOG_FILE", default="").strip()
+for _name, _level in (("LOG_LEVEL", LOG_LEVEL), ("LOG_CONSOLE_LEVEL", LOG_CONSOLE_LEVEL)):
+    if _level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        raise ImproperlyConfigured(f"{_name}={_level!r}: expected DEBUG, INFO, WARNING, ERROR or CRITICAL")
+# Under the dev stack honcho stamps each line with the time: one clock per line.
+_time = "%(asctime)s " if _bool("LOG_CONSOLE_TIME", True) else ""
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -387,8 +435,33 @@ LOGGING = {
             "()": "ticketing.logs.KeyValueFormatter",
             "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
         },
+        "console": {
+            "()": "ticketing.logs.KeyValueFormatter",
+            "format": _time + "%(levelname)s %(name)s %(message)s",
+        },
         "json": {"()": "ticketing.logs.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT}},
-    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "console" if LOG_FORMAT == "text" else "json",
+            "level": LOG_CONSOLE_LEVEL,
+        },
+        **(
+            {
+                "file": {
+                    # Reopened when logrotate moves it; every process of the stack appends.
+                    "class": "logging.handlers.WatchedFileHandler",
+                    "filename": LOG_FILE,
+                    "formatter": LOG_FORMAT,
+                }
+            }
+            if LOG_FILE
+            else {}
+        ),
+    },
+    "root": {"handlers": ["console", *(["file"] if LOG_FILE else [])], "level": LOG_LEVEL},
+    # A client's mistake (a 4xx) is the client's: counted in /metrics, not logged as a
+    # warning per request, where a crowd's 429s would hide the service's own trouble.
+    "loggers": {"django.request": {"level": "ERROR"}},
 }

@@ -38,48 +38,6 @@ DROP TRIGGER booking_app_seat_ledger ON booking_app_reservation;
 DROP FUNCTION booking_app_seat_ledger();
 """
 
-SQLITE = [
-    """
-    CREATE TRIGGER booking_app_seat_ledger_insert AFTER INSERT ON booking_app_reservation
-    WHEN NEW.status = 'CONFIRMED'
-    BEGIN
-      UPDATE queue_app_event SET seats_sold = seats_sold + NEW.seat_count WHERE event_id = NEW.event_id;
-    END
-    """,
-    """
-    CREATE TRIGGER booking_app_seat_ledger_update AFTER UPDATE OF status, seat_count ON booking_app_reservation
-    BEGIN
-      UPDATE queue_app_event SET seats_sold = seats_sold
-        - CASE WHEN OLD.status = 'CONFIRMED' THEN OLD.seat_count ELSE 0 END
-        + CASE WHEN NEW.status = 'CONFIRMED' THEN NEW.seat_count ELSE 0 END
-      WHERE event_id = NEW.event_id;
-    END
-    """,
-    """
-    CREATE TRIGGER booking_app_seat_ledger_delete AFTER DELETE ON booking_app_reservation
-    WHEN OLD.status = 'CONFIRMED'
-    BEGIN
-      UPDATE queue_app_event SET seats_sold = seats_sold - OLD.seat_count WHERE event_id = OLD.event_id;
-    END
-    """,
-]
-
-SQLITE_REVERSE = [
-    f"DROP TRIGGER booking_app_seat_ledger_{op}" for op in ("insert", "update", "delete")
-]
-
-
-def create(apps, schema_editor):
-    statements = [POSTGRES] if schema_editor.connection.vendor == "postgresql" else SQLITE
-    for sql in statements:
-        schema_editor.execute(sql)
-
-
-def drop(apps, schema_editor):
-    statements = [POSTGRES_REVERSE] if schema_editor.connection.vendor == "postgresql" else SQLITE_REVERSE
-    for sql in statements:
-        schema_editor.execute(sql)
-
 
 class Migration(migrations.Migration):
     dependencies = [
@@ -87,4 +45,4 @@ class Migration(migrations.Migration):
         ("queue_app", "0002_seats_sold"),
     ]
 
-    operations = [migrations.RunPython(create, drop)]
+    operations = [migrations.RunSQL(POSTGRES, POSTGRES_REVERSE)]

@@ -71,40 +71,6 @@ BEGIN
 END $$ LANGUAGE plpgsql;
 """
 
-# SQLite runs one writer at a time: the check needs no lock.
-_SQLITE_CHECK = """
-    SELECT RAISE(ABORT, 'seat_cap') FROM queue_app_event AS e
-    WHERE e.event_id = NEW.event_id AND (
-      (NEW.user_id IS NOT NULL AND (
-        SELECT sum(seat_count) FROM booking_app_reservation
-        WHERE event_id = NEW.event_id AND user_id = NEW.user_id AND status = 'CONFIRMED'
-      ) > coalesce(nullif(e.max_seats_per_buyer, 0), e.max_seats_per_booking))
-      OR (e.max_seats_per_buyer > 0 AND NEW.buyer_key <> '' AND (
-        SELECT sum(seat_count) FROM booking_app_reservation
-        WHERE event_id = NEW.event_id AND buyer_key = NEW.buyer_key AND status = 'CONFIRMED'
-      ) > e.max_seats_per_buyer)
-    );
-"""
-SQLITE = [
-    f"""CREATE TRIGGER booking_app_seat_cap_insert AFTER INSERT ON booking_app_reservation
-    WHEN NEW.status = 'CONFIRMED' BEGIN {_SQLITE_CHECK} END""",
-    f"""CREATE TRIGGER booking_app_seat_cap_update AFTER UPDATE OF status, seat_count ON booking_app_reservation
-    WHEN NEW.status = 'CONFIRMED' BEGIN {_SQLITE_CHECK} END""",
-]
-SQLITE_REVERSE = [f"DROP TRIGGER booking_app_seat_cap_{op}" for op in ("insert", "update")]
-
-
-def create(apps, schema_editor):
-    statements = [LEDGER] if schema_editor.connection.vendor == "postgresql" else SQLITE
-    for sql in statements:
-        schema_editor.execute(sql)
-
-
-def drop(apps, schema_editor):
-    statements = [LEDGER_BEFORE] if schema_editor.connection.vendor == "postgresql" else SQLITE_REVERSE
-    for sql in statements:
-        schema_editor.execute(sql)
-
 
 class Migration(migrations.Migration):
     dependencies = [
@@ -112,4 +78,4 @@ class Migration(migrations.Migration):
         ("queue_app", "0003_protections"),
     ]
 
-    operations = [migrations.RunPython(create, drop)]
+    operations = [migrations.RunSQL(LEDGER, LEDGER_BEFORE)]

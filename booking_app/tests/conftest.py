@@ -5,18 +5,17 @@ from pathlib import Path
 import pytest
 import redis as redis_lib
 from django.conf import settings
-from django.db import connection
 from django.test import override_settings
 
-from conftest import require
+from conftest import database_url_of_tests  # noqa: F401 (the booking tests' import of it)
 from queue_app import services as queue
-from ticketing import devstack
 from ticketing import redis as r
+from ticketing import servers
 
 
 @pytest.fixture
 def postgres(db):
-    require(connection.vendor == "postgresql", "DATABASE_URL is not PostgreSQL")
+    """The test database (PostgreSQL, as everywhere)."""
 
 
 def admit_all(event_id: str) -> None:
@@ -55,19 +54,13 @@ def seats_left(event_id: str) -> int:
     return int(r.client().get(r.EventKeys(event_id).seats))
 
 
-def database_url_of_tests() -> str:
-    """The test database as a DATABASE_URL, for app server processes."""
-    db = settings.DATABASES["default"]
-    return f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-
-
 class RedisServer:
     """A redis-server process of the test's own: it may be flushed, crashed, and
     brought back from an older snapshot, as a real Redis is in production."""
 
     def __init__(self, data_dir: Path) -> None:
         self.dir = data_dir
-        self.proc, self.port = devstack.start_redis(data_dir, persistent=False)
+        self.proc, self.port = servers.start_redis(data_dir, persistent=False)
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.snapshots = 0
 
@@ -91,11 +84,11 @@ class RedisServer:
         (self.dir / "dump.rdb").unlink(missing_ok=True)
         if snapshot is not None:
             shutil.copy(snapshot, self.dir / "dump.rdb")
-        self.proc, _ = devstack.start_redis(self.dir, persistent=False, port=self.port)
+        self.proc, _ = servers.start_redis(self.dir, persistent=False, port=self.port)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            devstack.stop_redis(self.proc)
+            servers.stop_redis(self.proc)
 
 
 @pytest.fixture

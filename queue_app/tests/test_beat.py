@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from conftest import database_url_of_tests
 from ticketing import redis as r
 
 
@@ -24,7 +25,7 @@ class Stack:
             **os.environ,
             "REDIS_URL": settings.REDIS_URL,
             "RABBITMQ_URL": settings.BROKER_URL,
-            "DATABASE_URL": f"sqlite:///{tmp / 'db.sqlite3'}",
+            "DATABASE_URL": database_url_of_tests(),
             "PYTHONUNBUFFERED": "1",
         }
 

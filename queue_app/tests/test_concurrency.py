@@ -35,9 +35,9 @@ def test_200_concurrent_joins_get_200_distinct_ranks(second_server, event):
 
 
 @pytest.fixture
-def second_server(gunicorn, tmp_path) -> str:
+def second_server(gunicorn) -> str:
     """Another app server process on the same Redis (gunicorn, as in production)."""
-    base, _ = gunicorn({"DATABASE_URL": f"sqlite:///{tmp_path / 'db.sqlite3'}", "RATE_LIMIT_JOIN": "0"})
+    base, _ = gunicorn({"RATE_LIMIT_JOIN": "0"})
     return base
 
 

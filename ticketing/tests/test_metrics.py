@@ -14,13 +14,12 @@ import time
 
 import pytest
 import requests
-from django.db import connection
 from prometheus_client.parser import text_string_to_metric_families
 
 import ticketing.asgi  # noqa: F401 (its django.setup() reconfigures logging: at import, not in a test)
 from booking_app.reconcile import booking_reconcile
 from booking_app.tests.conftest import database_url_of_tests
-from conftest import LaneClient, require
+from conftest import LaneClient
 from queue_app import services as queue
 from ticketing import ratelimit
 from ticketing import redis as r
@@ -30,7 +29,7 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 @pytest.fixture
 def postgres(db) -> None:
-    require(connection.vendor == "postgresql", "DATABASE_URL is not PostgreSQL")
+    """The test database (PostgreSQL, as everywhere)."""
 
 
 def parse(text: str) -> Samples:
