@@ -203,6 +203,7 @@ def test_the_tick_covers_every_event(api, make_event):
     assert all(ticks[e.event_id].admitted == 1 for e in events)
 
 
+@pytest.mark.timeout(900)  # filling the line takes minutes on a busy machine: a guard, not a bound
 def test_two_million_waiting_still_admit_exactly_the_batch(make_event, rc):
     event = make_event(admit_per_second=70)
     services.queue_join_many(event_id=event.event_id, count=2_000_000)
