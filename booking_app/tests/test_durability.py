@@ -1,5 +1,6 @@
 """Never oversold, nothing confirmed lost: real Postgres, Redis, processes and RabbitMQ."""
 
+import dataclasses
 import json
 import os
 import signal
@@ -15,7 +16,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.test import override_settings
 
-from booking_app import publish
+from booking_app import publish, services
 from booking_app.models import Reservation
 from booking_app.selectors import seats_sold
 from booking_app.tests.conftest import book, database_url_of_tests, seats_left
@@ -124,6 +125,28 @@ def test_a_failed_postgres_write_gives_the_seats_back(api, make_event, active_to
     status, body = book(api, token, event.event_id, 3, buyerName="Kim")  # the retry succeeds
     assert status == 200
     assert seats_left(event.event_id) == 7
+
+
+def test_a_refused_bookings_give_back_happens_once_whoever_calls_it(
+    make_event, active_tokens, failing_insert, rc
+):
+    """The request and a reconcile that read the outbox before the request's release
+    both find the VOID row and both call release: only the call whose XDEL removed
+    the entry gives the seats and the window back (lua/release.lua)."""
+    event = make_event(total_seats=10)
+    token = active_tokens(event, 1)[0]
+    k = r.EventKeys(event.event_id)
+    b = services.Booking(uuid.uuid4(), event.event_id, token, 3, buyer_name="FAIL")
+    outcome, _, entry_id, window_end = r.run(*services.reserve_call(b))
+    assert outcome == b"OK"
+    b = dataclasses.replace(b, window_end=int(window_end))
+    decision = services.booking_decide(b)
+    assert decision.outcome == services.NOT_SAVED
+    active = int(rc.get(k.active))
+    assert [services.release(k, entry_id, b, decision) for _ in range(2)] == [True, False]
+    assert seats_left(event.event_id) == 10
+    assert int(rc.get(k.active)) == active + 1  # the window is given back once too
+    assert rc.xlen(k.outbox) == 0
 
 
 @pytest.fixture
