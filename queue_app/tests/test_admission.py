@@ -205,6 +205,9 @@ def test_the_tick_covers_every_event(api, make_event):
     assert all(ticks[e.event_id].admitted == 1 for e in events)
 
 
+# Two million joins take minutes on a busy two-core machine: the timeout is there to
+# stop a hang, and the test proves exactness and memory, not speed (docs/benchmarks.md).
+@pytest.mark.timeout(1800)
 def test_two_million_waiting_still_admit_exactly_the_batch(make_event, rc):
     event = make_event(admit_per_second=70)
     services.queue_join_many(event_id=event.event_id, count=2_000_000)
