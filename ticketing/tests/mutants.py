@@ -5,8 +5,8 @@ below removes one safeguard the reliability argument rests on (docs/reliability.
 by replacing an exact piece of the source. For each, a copy of the working tree is
 made in a temporary directory (the real tree is never edited), the mutant is
 applied there, and the whole suite runs in the copy with `-x`: the test files most
-likely to catch it first, then every other one, so that a kill is found fast but any
-test of the suite may be the one that kills it. Then:
+likely to catch it first, then (a second run of pytest) every other one, so that a
+kill is found fast but any test of the suite may be the one that kills it. Then:
 
 - KILLED: a test failed. To be sure the mutant failed it and not the machine, the
   mutation is undone in the copy and that one test runs again: it must pass.
@@ -204,10 +204,13 @@ def copy_tree(dest: Path) -> None:
         shutil.copy2(src, dest / name)
 
 
-def suite_order(root: Path, first: tuple[str, ...]) -> list[str]:
-    """`first`, then the other test files beside them, then every other test file of
-    the suite's testpaths. Files, not directories: pytest merges a file into a
-    directory given beside it, and the order would be lost."""
+def suite_phases(root: Path, first: tuple[str, ...]) -> list[list[str]]:
+    """Two runs of pytest that make the whole suite: `first`, then every other test
+    file of the suite's testpaths, those beside `first` leading. Two runs, because
+    within one pytest-django runs every test that needs a transactional database
+    after all the others, so a killer in `first` could wait for most of the suite.
+    Files, not directories: pytest merges a file into a directory given beside it,
+    and the order would be lost."""
     config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     files = [
         str(path.relative_to(root))
@@ -216,7 +219,7 @@ def suite_order(root: Path, first: tuple[str, ...]) -> list[str]:
     ]
     near = {str(Path(f).parent) for f in first}
     rest = sorted((f for f in files if f not in first), key=lambda f: str(Path(f).parent) not in near)
-    return [*first, *rest]
+    return [list(first), rest]
 
 
 # In pytest's short test summary (-rfE), after the captured logs (whose lines may
@@ -251,11 +254,15 @@ def run_mutant(m: Mutant, tests: list[str] | None) -> Result:
         target = root / m.path
         original = target.read_text()
         target.write_text(m.apply(original))
-        status, output = pytest(root, tests or suite_order(root, m.first), log)
+        passed = 0
+        for phase in [tests] if tests else suite_phases(root, m.first):
+            status, output = pytest(root, phase, log)
+            passed += int(PASSED.findall(output)[-1]) if PASSED.findall(output) else 0
+            if status != 0:
+                break
         seconds = time.monotonic() - started
         summary = SUMMARY.split(output)[-1] if SUMMARY.search(output) else ""
         failed = FAILED.findall(summary)
-        passed = int(PASSED.findall(output)[-1]) if PASSED.findall(output) else 0
         if status == 0:
             return Result(m, "SURVIVED", "", seconds, passed)
         if not failed:
