@@ -144,9 +144,15 @@ MUTANTS = [
             if not connection.in_atomic_block:
                 connection.close()  # the next query opens a fresh one
 """,
+        # Only the unknown commit: with Postgres away the booking still waits (PENDING).
         replacement="""\
-            connection.close()
-            return Decision(NOT_SAVED)
+            if not connection.in_atomic_block:
+                connection.close()
+                try:
+                    connection.ensure_connection()  # Postgres answers again: "so it failed"
+                except DatabaseError:
+                    continue
+                return Decision(NOT_SAVED)
 """,
         first=("booking_app/tests/test_faults.py", "booking_app/tests/test_durability.py"),
     ),
@@ -159,8 +165,13 @@ MUTANTS = [
                 connection.close()  # the next query opens a fresh one
 """,
         replacement="""\
-            connection.close()
-            return Decision(CONFIRMED)
+            if not connection.in_atomic_block:
+                connection.close()
+                try:
+                    connection.ensure_connection()  # Postgres answers again: "so it applied"
+                except DatabaseError:
+                    continue
+                return Decision(CONFIRMED)
 """,
         first=("booking_app/tests/test_faults.py", "booking_app/tests/test_durability.py"),
     ),
