@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test test-cluster lint schema messages bench sale chaos clean
+.PHONY: run test test-cluster lint schema messages bench sale chaos mutants clean
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	@$(PYTHON) -c 'import sys; sys.exit("Python 3.11+ is needed, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -63,6 +63,12 @@ CHAOS_RUNS ?= 50
 chaos: $(BIN)/.installed
 	CHAOS_RUNS=$(CHAOS_RUNS) $(BIN)/python -m ticketing.devstack exec -- \
 		$(BIN)/python -m pytest booking_app/tests/test_chaos.py -p no:randomly -q -s --durations=0 $(PYTEST_ARGS)
+
+# Proof that the suite can fail (docs/reliability.md): each safeguard broken in a copy
+# of the tree, one at a time, and the suite must fail on each. MUTANTS="<name> ..."
+# runs some (`$(BIN)/python -m ticketing.tests.mutants --list`). Needs Postgres (DATABASE_URL).
+mutants: $(BIN)/.installed
+	$(BIN)/python -m ticketing.devstack exec -- $(BIN)/python -m ticketing.tests.mutants $(MUTANTS)
 
 clean:
 	rm -rf $(VENV) var

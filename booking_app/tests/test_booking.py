@@ -2,6 +2,7 @@ import uuid
 
 import pytest
 
+from booking_app import reconcile
 from booking_app.models import Reservation
 from booking_app.tests.conftest import book, seats_left
 from conftest import unknown_token
@@ -42,6 +43,29 @@ def test_a_booking_is_confirmed_in_postgres(api, make_event, active_tokens, rc):
         "ALREADY_BOOKED",
         data["reservationId"],
     )
+
+
+def test_a_booking_confirmed_during_a_recount_leaves_its_outbox_entry_to_reconcile(
+    api, make_event, active_tokens, rc
+):
+    """While reconcile recounts seats (its mark held), a confirmed booking's outbox
+    entry stays (lua/outbox_done.lua): taken out between the recount's Postgres
+    snapshot and its outbox read, the booking would count neither as sold nor as
+    pending, and the recount would put its seats back on sale."""
+    event = make_event(total_seats=10)
+    token = active_tokens(event, 1)[0]
+    k = r.EventKeys(event.event_id)
+    rc.set(k.recount, "a recount in progress", px=60_000)
+    try:
+        status, body = book(api, token, event.event_id, 2)
+        assert (status, body["data"]["status"]) == (200, "CONFIRMED")
+        assert rc.xlen(k.outbox) == 1  # left for reconcile
+    finally:
+        rc.delete(k.recount)
+    report = reconcile.booking_reconcile(event.event_id)
+    assert report.consistent and report.written == []
+    assert rc.xlen(k.outbox) == 0
+    assert seats_left(event.event_id) == 8
 
 
 def test_a_second_booking_is_already_booked_with_the_first_id(api, make_event, active_tokens):

@@ -90,6 +90,45 @@ def test_a_cancel_during_a_redis_outage_is_finished_by_reconcile(api, make_event
     assert seats_left(event.event_id) == 5  # exactly once
 
 
+def test_a_cancellations_seats_are_returned_once_however_often_it_is_asked(api, make_event, active_tokens):
+    """The request, its retry after a lost answer, and a reconcile that read the
+    `returned` hash just before may each ask for the same return: lua/cancel.lua's
+    `returned` hash lets one of them give the seats back."""
+    event = make_event(total_seats=5)
+    token = active_tokens(event, 1)[0]
+    rid = book(api, token, event.event_id, 2)[1]["data"]["reservationId"]
+    assert cancel(api, rid, token)[0] == 200
+    assert seats_left(event.event_id) == 5
+    row = Reservation.objects.get(reservation_id=rid)
+    assert services.give_back_cancelled(row) == -1  # returned before: nothing changed
+    assert services.return_seats(row, wait=False)
+    assert seats_left(event.event_id) == 5
+
+
+def test_a_cancellation_during_a_recount_leaves_its_seats_to_reconcile(api, make_event, active_tokens, rc):
+    """While reconcile recounts seats (its mark held), a cancellation's seats are not
+    returned: returned between the recount's reads and its SET, they would be counted
+    as taken and put back too (docs/reliability.md, "The recount is exact while
+    bookings go on"). The request waits a moment for the mark, then leaves them to
+    reconcile, which returns them once."""
+    event = make_event(total_seats=5)
+    token = active_tokens(event, 1)[0]
+    rid = book(api, token, event.event_id, 2)[1]["data"]["reservationId"]
+    k = r.EventKeys(event.event_id)
+    rc.set(k.recount, "a recount in progress", px=60_000)
+    try:
+        assert cancel(api, rid, token)[0] == 200
+        assert seats_left(event.event_id) == 3  # held back while the mark is held
+        assert Reservation.objects.get(reservation_id=rid).seats_returned_at is None
+    finally:
+        rc.delete(k.recount)
+    assert reconcile.booking_reconcile(event.event_id).consistent
+    assert seats_left(event.event_id) == 5
+    assert Reservation.objects.get(reservation_id=rid).seats_returned_at is not None
+    reconcile.booking_reconcile(event.event_id)
+    assert seats_left(event.event_id) == 5
+
+
 def test_the_admin_cancel_action(client, make_event, active_tokens, api):
     event = make_event(total_seats=6)
     tokens = active_tokens(event, 2)

@@ -58,11 +58,13 @@ def test_people_who_left_are_skipped_and_the_order_holds(api, make_event):
 def test_active_poll_shows_the_window_end(api, make_event, rc):
     event = make_event(active_window_seconds=120)
     token = api.token(event.event_id)
+    before = r.now_ms(event.event_id)
     admit(event.event_id)
     data = api.poll(token, event.event_id)[1]["data"]
-    now_ms = r.now_ms(event.event_id) // 1000 * 1000
+    after = r.now_ms(event.event_id)
     assert data["status"] == "ACTIVE"
-    assert now_ms + 118_000 <= data["activeExpiresAt"] <= now_ms + 121_000
+    # The window ends 120 s after the tick, on Redis' clock, read before and after it.
+    assert before + 120_000 <= data["activeExpiresAt"] <= after + 120_000
     assert (data["rank"], data["ahead"], data["behind"]) == (None, None, None)
     assert 1600 <= data["nextPollMs"] <= 2400
     rejoined = api.rejoin(token, event.event_id)[1]["data"]
@@ -203,7 +205,9 @@ def test_the_tick_covers_every_event(api, make_event):
     assert all(ticks[e.event_id].admitted == 1 for e in events)
 
 
-@pytest.mark.timeout(900)  # filling the line takes minutes on a busy machine: a guard, not a bound
+# Two million joins take minutes on a busy two-core machine: the timeout is there to
+# stop a hang, and the test proves exactness and memory, not speed (docs/benchmarks.md).
+@pytest.mark.timeout(1800)
 def test_two_million_waiting_still_admit_exactly_the_batch(make_event, rc):
     event = make_event(admit_per_second=70)
     services.queue_join_many(event_id=event.event_id, count=2_000_000)

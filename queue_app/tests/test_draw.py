@@ -585,16 +585,21 @@ def test_the_start_of_a_line_people_joined_stays(scheduled, make_event, one_lane
 @pytest.mark.django_db(transaction=True)
 def test_a_run_waiting_for_the_start_keeps_its_claim(make_event):
     """No second run is dispatched while the first waits for a quiet start."""
-    event = make_event(opens_at=timezone.now() + timedelta(seconds=2))
+    event = make_event(opens_at=timezone.now() + timedelta(seconds=30))  # the run waits for it
     services.queue_join(event_id=event.event_id)
     assert draw.dispatch(event.event_id)
     claim = r.event_keys(event.event_id).draw_claim
     runner = threading.Thread(target=draw.run, args=(event.event_id,))
     runner.start()
-    time.sleep(0.3)  # it has read the pre-queue; nobody joins any more
-    r.client().pexpire(claim, 1_000)  # as if its last read were long ago
-    time.sleep(0.5)
-    assert r.client().pttl(claim) > draw.CLAIM_MS - 1_000  # renewed while it waits
+    r.client().pexpire(claim, 10_000)  # as if its last read were long ago
+    deadline = time.monotonic() + 25
+    while r.client().pttl(claim) <= 10_000:  # until renewed while it waits
+        assert runner.is_alive() and time.monotonic() < deadline, "the claim was not renewed"
+        time.sleep(0.01)
     assert not draw.dispatch(event.event_id)
-    runner.join()
+    Event.objects.filter(pk=event.pk).update(opens_at=timezone.now() - timedelta(milliseconds=5))
+    event.refresh_from_db()
+    services.event_publish(event)  # the start comes: the run draws and ends
+    runner.join(60)
+    assert not runner.is_alive()
     assert not r.client().exists(claim)  # let go once done

@@ -69,7 +69,10 @@ def test_commands_a_stuck_redis_never_answers_fail_in_time(monkeypatch) -> None:
 
         first, took, second = asyncio.run(main())
     assert all(isinstance(reply, TimeoutError) for reply in first), first
-    assert 0.25 <= took < 1.5
+    # Not before the timeout; and it was this timeout that ended them (the client
+    # has none of its own: without it they would wait for ever), however busy the
+    # machine.
+    assert 0.25 <= took < 30
     assert isinstance(second[0], TimeoutError)
 
 

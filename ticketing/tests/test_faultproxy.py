@@ -232,16 +232,17 @@ def test_redis_cut_all_breaks_a_command_in_flight(proxy, keys):
         except redis.ConnectionError as exc:
             errors.append(exc)
 
-    waiter = threading.Thread(target=block)
+    waiter = threading.Thread(target=block, daemon=True)
     waiter.start()
-    deadline = time.monotonic() + 5
-    while proxy.seen[("redis", "BLPOP")] == 0 and time.monotonic() < deadline:
+    deadline = time.monotonic() + 30
+    while proxy.seen[("redis", "BLPOP")] == 0:
+        assert time.monotonic() < deadline, "BLPOP never reached the proxy"
         time.sleep(0.01)
-    started = time.monotonic()
     proxy.cut_all()
-    waiter.join(5)
+    waiter.join(30)
+    # The cut broke it: a BLPOP that ran out would have answered None, no error.
+    assert not waiter.is_alive()
     assert len(errors) == 1
-    assert time.monotonic() - started < 1
 
 
 def test_a_failing_rule_passes_the_message(proxy, caplog):
@@ -273,10 +274,11 @@ def test_many_connections_and_no_thread_left_after_close(proxy, direct, keys):
     assert failures == []
     assert proxy.seen[("redis", "SET")] == proxy.seen[("redis", "GET")] == 30 * 25
     assert len(proxy_threads()) >= 1 + 2 * 30  # the clients' pooled connections are still open
-    started = time.monotonic()
-    proxy.close()
-    assert time.monotonic() - started < 3
-    assert proxy_threads() == []
+    proxy.close()  # without waiting for the clients to hang up: it cuts them
+    deadline = time.monotonic() + 30
+    while proxy_threads():
+        assert time.monotonic() < deadline, proxy_threads()
+        time.sleep(0.05)
 
 
 # --- Framing ---------------------------------------------------------------------------------------
