@@ -66,7 +66,8 @@ chaos: $(BIN)/.installed
 
 # Proof that the suite can fail (docs/reliability.md): each safeguard broken in a copy
 # of the tree, one at a time, and the suite must fail on each. MUTANTS="<name> ..."
-# runs some (`$(BIN)/python -m ticketing.tests.mutants --list`). Needs Postgres (DATABASE_URL).
+# runs some (`$(BIN)/python -m ticketing.tests.mutants --list`). On a throw-away Redis
+# and Postgres, as make test.
 mutants: $(BIN)/.installed
 	$(BIN)/python -m ticketing.devstack exec -- $(BIN)/python -m ticketing.tests.mutants $(MUTANTS)
 
