@@ -13,6 +13,7 @@ import threading
 import typing
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import redis as redis_lib
@@ -420,6 +421,116 @@ def start_gunicorn(
     return base, proc
 
 
+def server_env(**overrides: str) -> dict[str, str]:
+    """What an app server needs to serve the tests' own state (start_gunicorn adds
+    the test Redis): the test database; this process's keys, so that a session or a
+    token made here is good there; and the settings every test runs with
+    (`_test_settings`), which the server reads from its environment. `overrides`
+    last."""
+    from booking_app.tests.conftest import database_url_of_tests
+
+    return {
+        "DATABASE_URL": database_url_of_tests(),
+        "SECRET_KEY": settings.SECRET_KEY,
+        "QUEUE_TOKEN_KEY": settings.QUEUE_TOKEN_KEY,
+        "RATE_LIMIT_JOIN": "0",
+        "RATE_LIMIT_LEAVE": "0",
+        "RATE_LIMIT_SIGN_IN": "0",
+        "QUEUE_LINE_REFRESH_MS": "0",
+        **overrides,
+    }
+
+
+def collect_static() -> None:
+    """`collectstatic` into the server's STATIC_ROOT, as `make run` does before it
+    serves (whitenoise serves the collected, hashed and compressed files, and lists
+    them once, at start). Skipped when the collected manifest is newer than every
+    file it would collect: collecting takes seconds."""
+    from django.contrib.staticfiles import finders
+
+    manifest = Path(settings.STATIC_ROOT) / "staticfiles.json"
+    if manifest.exists():
+        newest = max(
+            os.path.getmtime(storage.path(path))
+            for finder in finders.get_finders()
+            for path, storage in finder.list(["CVS", ".*", "*~"])
+        )
+        if newest < manifest.stat().st_mtime:
+            return
+    subprocess.run(
+        [sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"],
+        cwd=settings.BASE_DIR,
+        check=True,
+    )
+
+
+def stop_gunicorn(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+# The production server's default event (EVENT_ID): a request without an eventId
+# is for it. Ids of tests' events are unique, and so is this one.
+SERVER_EVENT_ID = f"t-default-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture(scope="session")
+def production_server(django_db_setup) -> Iterator[str]:
+    """One app server for the session, as production runs it (start_gunicorn), on
+    the test database and the test Redis, serving its static files as production
+    does; its base URL. Events are made per test with ids of their own, so every
+    test can share it; it sees a test's rows once they are committed. Its log is
+    test-artifacts/production-server.log."""
+    collect_static()
+    log = Path(settings.BASE_DIR) / "test-artifacts" / "production-server.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as stderr:
+        base, proc = start_gunicorn(server_env(EVENT_ID=SERVER_EVENT_ID), stderr=stderr)
+    yield base
+    stop_gunicorn(proc)
+
+
+class ServerClient:
+    """An app server spoken to over HTTP, called as Django's test Client is
+    (`generic`), answering an HttpResponse as the test Client does. REMOTE_ADDR
+    is sent as X-Forwarded-For (which the server believes from TRUSTED_PROXIES
+    only); other HTTP_* names as their headers."""
+
+    def __init__(self, base: str) -> None:
+        import requests
+
+        self.base = base
+        self.session = requests.Session()
+        self.session.headers.clear()  # nothing the test Client would not send
+
+    def generic(
+        self, method: str, path: str, data: bytes | str = b"", content_type: str | None = None, **extra
+    ) -> HttpResponse:
+        headers = {"Content-Type": content_type} if content_type else {}
+        for name, value in extra.items():
+            if name == "REMOTE_ADDR":
+                headers["X-Forwarded-For"] = value
+            elif name.startswith("HTTP_"):
+                headers[name[5:].replace("_", "-")] = value
+            else:
+                raise TypeError(f"{name}: not a header")
+        answer = self.session.request(
+            method.upper(),
+            self.base + path,
+            data=data.encode() if isinstance(data, str) else data,
+            headers=headers,
+            timeout=60,
+            allow_redirects=False,
+        )
+        response = HttpResponse(answer.content, status=answer.status_code)
+        del response.headers["Content-Type"]  # only what the server sent
+        for name, value in answer.headers.items():
+            response.headers[name] = value
+        response.json = answer.json
+        return response
+
+
 @pytest.fixture
 def gunicorn():
     """Start app servers as separate processes; killed afterwards."""
@@ -432,6 +543,4 @@ def gunicorn():
 
     yield start
     for proc in started:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_gunicorn(proc)

@@ -353,11 +353,18 @@ class DrawReceiptsView(Endpoint):
         operation_id="queue_draw_receipts",
         parameters=[EventInput],
         responses={
-            **responses(DrawOutput, "VALIDATION_ERROR", "EVENT_NOT_FOUND", "NO_DRAW", "NOT_DRAWN"),
-            200: OpenApiResponse(
+            # Text, not JSON: keyed by its media type, or the schema would say JSON.
+            (200, "text/plain"): OpenApiResponse(
                 {"type": "string"},
-                description='text/plain: "<receipt> <position>" lines, in the order they joined',
+                description='"<receipt> <position>" lines, in the order they joined',
             ),
+            **{
+                status: described
+                for status, described in responses(
+                    DrawOutput, "VALIDATION_ERROR", "EVENT_NOT_FOUND", "NO_DRAW", "NOT_DRAWN"
+                ).items()
+                if status != 200
+            },
         },
     )
     def get(self, request: Request) -> StreamingHttpResponse:

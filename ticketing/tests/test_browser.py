@@ -1,10 +1,14 @@
 """The whole journey in headless Chromium (Debian's /usr/bin/chromium, driven by
-Playwright; no browser download). Screenshots of each page go to
-test-artifacts/screenshots/, and to docs/screenshots/ with UPDATE_SCREENSHOTS=1."""
+Playwright; no browser download), against the production server (gunicorn as the
+Procfile starts it: the fast lane answers the page's joins and polls, whitenoise its
+static files). A console error or an uncaught exception on a page fails the test.
+Screenshots of each page go to test-artifacts/screenshots/, and to docs/screenshots/
+with UPDATE_SCREENSHOTS=1."""
 
 import os
 import re
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,6 +27,7 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(settings.BASE_DIR) / "test-artifacts" / "screenshots"
 DOCS = Path(settings.BASE_DIR) / "docs" / "screenshots"
+# The server sees the test's data only once it is committed.
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
@@ -49,12 +54,46 @@ def browser():
         browser.close()
 
 
+class Console:
+    """What the browser reports going wrong on the pages it is watching: console
+    errors (a failed request among them) and uncaught exceptions."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self.expected: list[re.Pattern] = []
+
+    def watch(self, context) -> None:
+        context.on("console", self._message)
+        context.on("weberror", lambda error: self.errors.append(f"uncaught {error.error}"))
+
+    def _message(self, message) -> None:
+        if message.type == "error":
+            self.errors.append(f"console error: {message.text} ({message.location['url']})")
+
+    def expect(self, pattern: str) -> None:
+        """An error the test brings about on purpose (an answer it makes fail)."""
+        self.expected.append(re.compile(pattern))
+
+    def unexpected(self) -> list[str]:
+        return [e for e in self.errors if not any(p.search(e) for p in self.expected)]
+
+
 @pytest.fixture
-def page(browser, live_server):
+def console() -> Iterator[Console]:
+    """Fails the test on any error its pages reported that it did not expect (after
+    the pages' fixtures closed them: those depend on this one)."""
+    watching = Console()
+    yield watching
+    assert not watching.unexpected(), "\n".join(watching.unexpected())
+
+
+@pytest.fixture
+def page(browser, production_server, console):
     """A phone-sized page in English, with its own cookies and storage."""
     context = browser.new_context(
-        locale="en-US", viewport={"width": 390, "height": 844}, base_url=live_server.url
+        locale="en-US", viewport={"width": 390, "height": 844}, base_url=production_server
     )
+    console.watch(context)
     page = context.new_page()
     page.set_default_timeout(20_000)
     yield page
@@ -83,6 +122,11 @@ def test_the_whole_journey(page, make_event):
     page.goto("/")
     page.get_by_role("link", name="Enter the waiting room").first.wait_for()
     shot(page, "01-events")
+    # Its static files as production serves them: collected, named by their content
+    # and so cached for ever.
+    css = page.locator('link[rel="stylesheet"]').get_attribute("href")
+    assert re.fullmatch(r"/static/css/site\.[0-9a-f]{12}\.css", css), css
+    assert "max-age=315360000" in page.request.get(css).headers["cache-control"]
 
     page.goto(f"/events/{event.event_id}/")
     page.wait_for_function("document.querySelector('#position').textContent.includes('5')")
@@ -169,8 +213,9 @@ def test_sold_out(page, make_event, rc):
     page.locator("#position").wait_for()
 
 
-def test_the_last_seat_taken_while_filling_the_form(page, make_event, rc):
+def test_the_last_seat_taken_while_filling_the_form(page, console, make_event, rc):
     event = make_event(total_seats=1)
+    console.expect(r"status of 409 .*/book/")  # the form's answer: sold out
     page.goto(f"/events/{event.event_id}/")
     page.locator("#position").wait_for()
     admit_all(event.event_id)
@@ -190,8 +235,9 @@ def test_a_closed_event(page, make_event):
     shot(page, "07-closed")
 
 
-def test_an_api_error_is_shown_and_retried(page, make_event):
+def test_an_api_error_is_shown_and_retried(page, console, make_event):
     event = make_event()
+    console.expect(r"status of 503 .*/api/status/poll")
     failing = {"on": True}
 
     def poll_route(route):
@@ -213,11 +259,12 @@ def test_an_api_error_is_shown_and_retried(page, make_event):
     assert rank_shown(page) == 1
 
 
-def test_korean_and_english(browser, live_server, make_event):
+def test_korean_and_english(browser, production_server, console, make_event):
     event = make_event(name="KTX 추석 07:00")
     context = browser.new_context(
-        locale="ko-KR", viewport={"width": 390, "height": 844}, base_url=live_server.url
+        locale="ko-KR", viewport={"width": 390, "height": 844}, base_url=production_server
     )
+    console.watch(context)
     page = context.new_page()
     page.goto(f"/events/{event.event_id}/")
     page.wait_for_function("document.querySelector('#position').textContent.includes('1')")

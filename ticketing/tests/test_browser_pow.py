@@ -2,13 +2,17 @@
 screen and the page's CPU slowed 4x (DevTools' CPU throttling). The waiting room
 solves the event's ALTCHA challenge in the background with the vendored widget,
 then joins with the solution. The measured solve time goes to
-test-artifacts/pow.json (bench/pow_browser.py measures it per difficulty)."""
+test-artifacts/pow.json (bench/pow_browser.py measures it per difficulty). The pages,
+and the requests the tests send themselves, go to the production server
+(test_browser.py)."""
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
+import requests
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.test import Client
@@ -18,7 +22,7 @@ from booking_app.models import Reservation
 from booking_app.tests.conftest import admit_all
 from queue_app import services as queue
 from queue_app.models import SUGGESTED_PROOF_OF_WORK
-from ticketing.tests.test_browser import browser, rank_shown  # noqa: F401 (browser is a fixture)
+from ticketing.tests.test_browser import browser, console, rank_shown  # noqa: F401 (fixtures)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -45,7 +49,7 @@ document.addEventListener("DOMContentLoaded", () => {
 
 
 @pytest.fixture
-def phone(browser, live_server):  # noqa: F811 (the fixture imported above)
+def phone(browser, production_server, console):  # noqa: F811 (the fixtures imported above)
     """A phone: small touch screen, English, and a CPU 4x slower than this machine's."""
     context = browser.new_context(
         locale="en-US",
@@ -53,8 +57,9 @@ def phone(browser, live_server):  # noqa: F811 (the fixture imported above)
         device_scale_factor=3,
         is_mobile=True,
         has_touch=True,
-        base_url=live_server.url,
+        base_url=production_server,
     )
+    console.watch(context)
     context.add_init_script(RECORD_STATUS)
     page = context.new_page()
     page.set_default_timeout(30_000)
@@ -67,14 +72,14 @@ def statuses(page) -> list[tuple[str, str]]:
     return [tuple(s) for s in page.evaluate("window.__statuses")]
 
 
-def api_join(event_id: str, altcha: str) -> dict:
-    answer = Client().post(
-        reverse("queue-join"), {"eventId": event_id, "altcha": altcha}, content_type="application/json"
-    )
+def api_join(base: str, event_id: str, altcha: str | None = None) -> dict:
+    """A join sent to the server `base` as an API client sends it."""
+    body = {"eventId": event_id} | ({"altcha": altcha} if altcha else {})
+    answer = requests.post(f"{base}{reverse('queue-join')}", json=body, timeout=30)
     return {"status": answer.status_code, **answer.json()}
 
 
-def test_the_whole_journey_with_proof_of_work(phone, make_event):
+def test_the_whole_journey_with_proof_of_work(phone, make_event, production_server):
     event = make_event(name="KTX Seollal 07:00", total_seats=10, proof_of_work=SUGGESTED_PROOF_OF_WORK)
 
     with phone.expect_request(lambda r: r.url.endswith("/api/queue/join") and r.method == "POST") as joined:
@@ -98,7 +103,7 @@ def test_the_whole_journey_with_proof_of_work(phone, make_event):
     print(f"\nproof of work {SUGGESTED_PROOF_OF_WORK:,}: {solve_ms} ms (CPU 4x slower, {workers} workers)")
 
     # A solution works once: the same payload, sent again, is refused.
-    again = api_join(event.event_id, payload)
+    again = api_join(production_server, event.event_id, payload)
     assert (again["status"], again["error"]["code"]) == (403, "PROOF_OF_WORK")
     assert queue.event_live_numbers(event.event_id)["waiting"] == 1
 
@@ -131,14 +136,14 @@ def test_an_account_event_asks_a_signed_out_person_to_sign_in(phone, make_event)
     assert (numbers["waiting"], numbers["active"]) == (0, 0)
 
 
-def test_a_signed_in_person_joins_an_account_event(phone, make_event, live_server):
+def test_a_signed_in_person_joins_an_account_event(phone, make_event, production_server):
     event = make_event(require_account=True, proof_of_work=10_000)
     user = get_user_model().objects.create_user("minji", password="not-used-here-1")
     client = Client()
     client.force_login(user)
     session = client.cookies[settings.SESSION_COOKIE_NAME].value
     phone.context.add_cookies(
-        [{"name": settings.SESSION_COOKIE_NAME, "value": session, "url": live_server.url}]
+        [{"name": settings.SESSION_COOKIE_NAME, "value": session, "url": production_server}]
     )
 
     with phone.expect_request(lambda r: r.url.endswith("/api/queue/join") and r.method == "POST") as joined:
@@ -148,12 +153,15 @@ def test_a_signed_in_person_joins_an_account_event(phone, make_event, live_serve
     phone.wait_for_function("document.querySelector('#position').textContent.includes('number 1')")
 
 
-def test_a_rejoin_at_the_back_solves_only_when_asked(phone, make_event):
+def test_a_rejoin_at_the_back_solves_only_when_asked(phone, console, make_event, production_server):  # noqa: F811
     event = make_event(proof_of_work=10_000)
+    console.expect(r"status of 403 .*/api/queue/rejoin")  # the rejoin without a solution: PROOF_OF_WORK
     phone.goto(f"/events/{event.event_id}/")
     phone.wait_for_function("document.querySelector('#position').textContent.includes('number 1')")
     token = phone.evaluate(f"localStorage.getItem('queueToken:{event.event_id}')")
-    left = Client().delete(f"{reverse('queue-leave')}?token={token}&eventId={event.event_id}")
+    left = requests.delete(
+        f"{production_server}{reverse('queue-leave')}?token={token}&eventId={event.event_id}", timeout=30
+    )
     assert left.status_code == 200
     rejoins: list[dict] = []
     phone.on(
@@ -166,9 +174,10 @@ def test_a_rejoin_at_the_back_solves_only_when_asked(phone, make_event):
     assert [("altcha" in body) for body in rejoins] == [False, True]  # first without, then solved
 
 
-def test_a_refused_solution_is_solved_again(phone, make_event):
+def test_a_refused_solution_is_solved_again(phone, console, make_event):  # noqa: F811
     """An expired or used solution: a new challenge, solved again, and the place."""
     event = make_event(proof_of_work=10_000)
+    console.expect(r"status of 403 .*/api/queue/join")  # join_route's refusal
     refusals = {"left": 1}
 
     def join_route(route):
@@ -189,12 +198,13 @@ def test_a_refused_solution_is_solved_again(phone, make_event):
     assert rank_shown(phone) == 1
 
 
-def test_solutions_refused_again_and_again_are_retried_slowly(phone, make_event):
+def test_solutions_refused_again_and_again_are_retried_slowly(phone, console, make_event):  # noqa: F811
     event = make_event(proof_of_work=10_000)
-    joins: list[str] = []
+    console.expect(r"status of 403 .*/api/queue/join")  # join_route's refusals
+    joins: list[tuple[float, str]] = []  # when each arrived, and its solution
 
     def join_route(route):
-        joins.append(route.request.post_data_json["altcha"])
+        joins.append((time.monotonic(), route.request.post_data_json["altcha"]))
         route.fulfill(
             status=403,
             content_type="application/json",
@@ -204,17 +214,20 @@ def test_solutions_refused_again_and_again_are_retried_slowly(phone, make_event)
     phone.route("**/api/queue/join", join_route)
     phone.goto(f"/events/{event.event_id}/")
     phone.locator("#error").get_by_text(CHECK_FAILED).wait_for()
-    (ARTIFACTS / "screenshots").mkdir(parents=True, exist_ok=True)
-    phone.screenshot(path=str(ARTIFACTS / "screenshots" / "pow-check-failed.png"), full_page=True)
-    assert len(joins) == 3 and len(set(joins)) == 3  # three challenges, each solved
-    phone.wait_for_timeout(1000)
-    assert len(joins) == 3  # then a pause (the retries' back-off), not a busy loop
+    # The third refusal is on screen; the next try comes after the retries' back-off
+    # (its answer: by then join_route has noted it).
+    with phone.expect_response(lambda r: r.url.endswith("/api/queue/join"), timeout=60_000):
+        (ARTIFACTS / "screenshots").mkdir(parents=True, exist_ok=True)
+        phone.screenshot(path=str(ARTIFACTS / "screenshots" / "pow-check-failed.png"), full_page=True)
+        assert len(joins) == 3 and len({solution for _, solution in joins}) == 3  # three, each solved
+    # A pause of the back-off's first step (2 s) before the fourth, not a busy loop.
+    assert joins[3][0] - joins[2][0] >= 2.0, joins
 
 
-def test_an_address_at_its_cap_is_told_so(phone, make_event):
+def test_an_address_at_its_cap_is_told_so(phone, console, make_event, production_server):  # noqa: F811
     event = make_event(max_places_per_address=1)
-    first = Client().post(reverse("queue-join"), {"eventId": event.event_id}, content_type="application/json")
-    assert first.status_code == 200  # this address's one place
+    assert api_join(production_server, event.event_id)["status"] == 200  # this address's one place
+    console.expect(r"status of 429 .*/api/queue/join")  # the browser's join: TOO_MANY_PLACES
 
     phone.goto(f"/events/{event.event_id}/")
     phone.get_by_role("heading", name="You already hold as many places as this address may.").wait_for()

@@ -1,29 +1,36 @@
-"""The two lanes are one API, and it is the API the committed schema describes.
+"""The production server and Django's lane are one API, and it is the API the
+committed schema describes.
 
-Production answers join, rejoin, leave and poll from the ASGI fast lane
-(ticketing/fastlane.py) and everything else from Django's lane; the tests of each
-behaviour run on both lanes, but each asserts only what it cares about. Here every
-operation, every refusal of substance (EVENT_NOT_FOUND, EVENT_CLOSED, ALREADY_BOOKED,
+Production serves everything through gunicorn with uvicorn workers (the Procfile's
+`web`): join, rejoin, leave, poll and the challenge from the ASGI fast lane
+(ticketing/fastlane.py), everything else from Django's lane in a pool of threads.
+Here every operation (the crowd's, booking, cancelling, the draw, the challenge,
+/health), every refusal of substance (EVENT_NOT_FOUND, EVENT_CLOSED, ALREADY_BOOKED,
 RATE_LIMIT, ...) and every row of the bad-input table (queue_app/tests/test_errors.py)
-is sent through Django's test Client and through `LaneClient` (the production ASGI
-application, in-process) against the same state, and the two answers must be equal:
-the same status and the same parsed body. Only what differs between any two calls
-(a fresh token, joinedAt, the jittered nextPollMs, the reservationId of two separate
-bookings) is compared by its shape instead of its value.
+is sent to that server, started as the Procfile starts it and spoken to over HTTP
+(`production_server`), and to the DRF views through Django's test Client (checking
+CSRF, as production does), against the same state (the test database, committed at
+once as in production, and the test Redis), and the two answers
+must be equal: the same status and the same parsed body. Only what differs between
+any two calls (a fresh token, joinedAt, the jittered nextPollMs, the reservationId of
+two separate bookings, a challenge's random parts) is compared by its shape instead of
+its value. The tests of each behaviour run on both lanes in-process (`lane`); this is
+where the server itself is held to the declarations.
 
 Every answer is also held to docs/openapi.yaml, with schemathesis' own checks: its
 status is documented for the operation, its content type too, and its body matches the
 documented schema (a 2xx's data, an error's envelope). Every error body, documented
 operation or not, matches the ErrorEnvelope schema. A body is read in the charset its
-Content-Type declares, the same on both lanes. Last, the committed schema is the
+Content-Type declares, the same on both sides. Last, the committed schema is the
 one the DRF declarations generate now, and the schema and docs pages answer, the docs
-page with local assets only (the service may run where no CDN is reachable).
+page with local assets only (the service may run where no CDN is reachable), which
+the server serves.
 """
 
 import json
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cache
@@ -37,6 +44,7 @@ import schemathesis
 import yaml
 from django.conf import settings
 from django.core.management import call_command
+from django.db import connection
 from django.http import HttpResponse
 from django.test import Client
 from django.utils import timezone
@@ -46,14 +54,23 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from booking_app.models import Reservation
 from booking_app.tests.conftest import admit_all
-from conftest import LaneClient, unknown_token
+from conftest import (
+    SERVER_EVENT_ID,
+    ServerClient,
+    server_env,
+    start_gunicorn,
+    stop_gunicorn,
+    unknown_token,
+)
 from queue_app import draw
 from queue_app import services as queue
+from queue_app.models import Event
 from queue_app.tests import test_errors
 
 SCHEMA_FILE = Path(settings.BASE_DIR) / "docs" / "openapi.yaml"
-Lane = Client | LaneClient
+Lane = Client | ServerClient
 
 # The bad-input table, as test_errors declares it: (method, path, body, content_type, status, code).
 BAD_INPUT: list[tuple] = next(
@@ -129,7 +146,7 @@ BAD_INPUT_IDS = [
 
 @dataclass(frozen=True)
 class Call:
-    """One request, as both lanes are sent it."""
+    """One request, as both sides are sent it."""
 
     method: str
     path: str
@@ -144,8 +161,15 @@ def json_call(method: str, path: str, payload: object, **extra: str) -> Call:
 
 def send(lane: Lane, call: Call) -> HttpResponse:
     if call.body is None:
-        return lane.generic(call.method, call.path, **call.extra)
-    return lane.generic(call.method, call.path, call.body, call.content_type, **call.extra)
+        response = lane.generic(call.method, call.path, **call.extra)
+    else:
+        response = lane.generic(call.method, call.path, call.body, call.content_type, **call.extra)
+    if response.streaming:  # (the draw's list) read whole, as the HTTP client reads it
+        whole = HttpResponse(b"".join(response.streaming_content), status=response.status_code)
+        for name, value in response.items():
+            whole[name] = value
+        return whole
+    return response
 
 
 def _is_uuid(value: object) -> bool:
@@ -153,6 +177,11 @@ def _is_uuid(value: object) -> bool:
         return isinstance(value, str) and str(uuid.UUID(value)) == value
     except ValueError:
         return False
+
+
+def _is_hex(value: object, length: int | None = None) -> bool:
+    pattern = "[0-9a-f]" + ("+" if length is None else f"{{{length}}}")
+    return isinstance(value, str) and re.fullmatch(pattern, value) is not None
 
 
 def _is_count(value: object) -> bool:
@@ -165,7 +194,15 @@ SHAPES: dict[str, Callable[[object], bool]] = {
     "reservationId": _is_uuid,
     "joinedAt": lambda value: _is_count(value) and value > 0,
     "nextPollMs": _is_count,
-    "receipt": lambda value: isinstance(value, str) and re.fullmatch("[0-9a-f]{16}", value) is not None,
+    "receipt": lambda value: _is_hex(value, 16),
+    "timestamp": lambda value: _is_count(value) and value > 0,
+    # A proof-of-work challenge's random and time-bound parts (queue_app/proof.py).
+    "keyPrefix": _is_hex,
+    "nonce": _is_hex,
+    "salt": _is_hex,
+    "keySignature": _is_hex,
+    "signature": _is_hex,
+    "expiresAt": lambda value: _is_count(value) and value > 0,
 }
 
 
@@ -186,14 +223,14 @@ def masked(body: object, varying: frozenset[str]) -> object:
 
 
 def assert_same_answer(
-    django: HttpResponse, fast: HttpResponse, varying: frozenset[str] = frozenset()
+    django: HttpResponse, server: HttpResponse, varying: frozenset[str] = frozenset()
 ) -> dict:
-    """Both lanes gave the same status, JSON, and body (varying fields by shape).
+    """Both sides gave the same status, JSON, and body (varying fields by shape).
     Returns Django's body."""
     assert django["Content-Type"].startswith("application/json"), django.content
-    assert fast["Content-Type"].startswith("application/json"), fast.content
-    ours, theirs = json.loads(django.content), json.loads(fast.content)
-    assert (django.status_code, masked(ours, varying)) == (fast.status_code, masked(theirs, varying))
+    assert server["Content-Type"].startswith("application/json"), server.content
+    ours, theirs = json.loads(django.content), json.loads(server.content)
+    assert (django.status_code, masked(ours, varying)) == (server.status_code, masked(theirs, varying))
     return ours
 
 
@@ -218,8 +255,8 @@ CHECKS = [status_code_conformance, content_type_conformance, response_schema_con
 def assert_documented(call: Call, response: HttpResponse) -> None:
     """The answer is one docs/openapi.yaml documents (status, content type, body);
     an error's body is the ErrorEnvelope whatever its path."""
-    body = json.loads(response.content)
     if response.status_code >= 400:
+        body = json.loads(response.content)
         error_envelope().validate(body)
         assert body["success"] is False
     path = call.path.partition("?")[0]
@@ -248,8 +285,9 @@ def assert_documented(call: Call, response: HttpResponse) -> None:
     operation.Case(path_parameters=path_parameters).validate_response(answer, checks=CHECKS)
 
 
-# All the fast lane writes; Django's lane adds its middleware's (X-Frame-Options, Vary, ...).
-FAST_LANE_HEADERS = {"content-type", "x-content-type-options", "content-length", "retry-after"}
+# All the fast lane writes, and uvicorn's Date; Django's lane adds its middleware's
+# (X-Frame-Options, Vary, ...).
+FAST_LANE_HEADERS = {"content-type", "x-content-type-options", "content-length", "retry-after", "date"}
 
 
 def by_the_fast_lane(response: HttpResponse) -> bool:
@@ -258,15 +296,15 @@ def by_the_fast_lane(response: HttpResponse) -> bool:
 
 
 def on_both_lanes(
-    lanes: tuple[Client, LaneClient],
+    lanes: tuple[Client, ServerClient],
     make_call: Callable[[], Call],
     varying: frozenset[str] = frozenset(),
     *,
     fast: bool = True,
 ) -> tuple[int, dict]:
-    """`make_call()` for each lane (it sets up that lane's state, the same for both),
-    sent; both answers documented and equal, and the second answered by the fast lane
-    itself if `fast`. Returns the status and body."""
+    """`make_call()` for each side (it sets up that side's state, the same for both),
+    sent; both answers documented and equal, and the server's answered by the fast
+    lane itself if `fast`, else by Django's lane. Returns the status and body."""
     answers = []
     for lane in lanes:
         call = make_call()
@@ -278,10 +316,43 @@ def on_both_lanes(
     return answers[0].status_code, assert_same_answer(*answers, varying=varying)
 
 
-@pytest.fixture
-def lanes(client: Client) -> tuple[Client, LaneClient]:
+def django_client() -> Client:
+    """Django's test Client, checking CSRF as production does (by default it does not)."""
+    client = Client(enforce_csrf_checks=True)
     client.raise_request_exception = False
-    return client, LaneClient(client)
+    return client
+
+
+@pytest.fixture
+def db(django_db_setup, django_db_blocker) -> Iterator[None]:
+    """The database as production has it, in place of pytest-django's `db` (which
+    conftest's make_event asks for): no transaction around the test, so that what it
+    writes, and what Django's lane writes in-process, is committed at once and the
+    server sees it. Afterwards the apps' tables are emptied (a few ms; pytest-django's
+    transaction=True empties every table and rebuilds the content types and
+    permissions: most of a second a test)."""
+    assert connection.settings_dict["NAME"].startswith("test_"), "not the test database"
+    with django_db_blocker.unblock():
+        yield
+        Reservation.objects.all().delete()  # (PROTECTed from their event's delete)
+        Event.objects.all().delete()  # (its draw with it)
+
+
+@pytest.fixture
+def lanes(production_server: str) -> tuple[Client, ServerClient]:
+    """Django's test Client (the DRF views, in-process) and the production server."""
+    return django_client(), ServerClient(production_server)
+
+
+@pytest.fixture(scope="module")
+def limited_server(django_db_setup) -> Iterator[str]:
+    """A production server with the rate limits of test_rate_limit_..., which it
+    reads from its environment, believing X-Forwarded-For from this machine so that
+    each test client is counted as an address of its own."""
+    env = server_env(RATE_LIMIT_JOIN="1", RATE_LIMIT_LEAVE="1", TRUSTED_PROXIES="127.0.0.1")
+    base, proc = start_gunicorn(env)
+    yield base
+    stop_gunicorn(proc)
 
 
 def _joined(event_id: str) -> str:
@@ -321,8 +392,10 @@ def _close(event) -> None:
     [{"eventId": "<event>"}, {}, None, {"eventId": "<event>", "unknown": [1, 2]}],
     ids=["event-id", "empty-object", "no-body", "extra-field"],
 )
-def test_join_answers_the_same_on_both_lanes(lanes, event, settings, body) -> None:
-    settings.EVENT_ID = event.event_id  # the default event, for the bodies without one
+def test_join_answers_the_same_on_both_lanes(lanes, make_event, settings, body) -> None:
+    # The server's default event, for the bodies without one, is Django's too.
+    event = make_event(event_id=SERVER_EVENT_ID)
+    settings.EVENT_ID = event.event_id
     if body is None:
         call = Call("POST", "/api/queue/join")
     else:
@@ -472,7 +545,7 @@ def test_a_scheduled_start_answers_the_same_on_both_lanes(lanes, make_event, sna
         join = json_call("POST", "/api/queue/join", {"eventId": event.event_id})
         status, body = on_both_lanes(lanes, lambda: join, varying=frozenset({"token", "joinedAt", "receipt"}))
         assert status == 200 and body["data"]["receipt"]
-    # The draw's own endpoints are Django's lane on both clients, and documented.
+    # The draw's own endpoints are Django's lane on the server, and documented.
     for path in (f"/api/queue/draw?eventId={event.event_id}&receipt={data['receipt']}",):
         if state != "WAITING":
             path = f"/api/queue/draw?eventId={event.event_id}"
@@ -482,9 +555,22 @@ def test_a_scheduled_start_answers_the_same_on_both_lanes(lanes, make_event, sna
             body["data"]["status"]
             == {"PRE_QUEUE": "SCHEDULED", "DRAWING": "DRAWING", "WAITING": "DRAWN"}[state]
         )
+    # The published list: refused until the draw, then the same text from both.
+    receipts = Call("GET", f"/api/queue/draw/receipts?eventId={event.event_id}")
+    if state != "WAITING":
+        status, body = on_both_lanes(lanes, lambda: receipts, fast=False)
+        assert (status, body["error"]["code"]) == (409, "NOT_DRAWN")
+        return
+    answers = [send(lane, receipts) for lane in lanes]
+    for answer in answers:
+        assert_documented(receipts, answer)
+    listed = [(a.status_code, a["Content-Type"], a.content) for a in answers]
+    assert listed[0] == listed[1]
+    assert listed[0][:2] == (200, "text/plain; charset=utf-8")
+    assert len(listed[0][2].splitlines()) == 2  # the pre-queue's two places
 
 
-# --- Booking and cancelling (Django's lane on both clients) ----------------------------
+# --- Booking and cancelling (Django's lane on the server) ------------------------------
 
 
 def test_booking_and_cancel_answer_the_same_on_both_lanes(lanes, make_event) -> None:
@@ -493,7 +579,7 @@ def test_booking_and_cancel_answer_the_same_on_both_lanes(lanes, make_event) -> 
     booked: list[tuple[str, str]] = []
     cancels: list[HttpResponse] = []
     bookings: list[HttpResponse] = []
-    # Each lane books and cancels in turn: 10 seats left before each booking.
+    # Each side books and cancels in turn: 10 seats left before each booking.
     for lane in lanes:
         token = next(tokens)
         call = json_call("POST", "/api/booking", {"token": token, "seatCount": 3, "eventId": event.event_id})
@@ -588,6 +674,7 @@ def test_booking_refusals_answer_the_same_on_both_lanes(
         ("rejoin", "unknown-event", 404, "EVENT_NOT_FOUND"),
         ("leave", "unknown-event", 404, "EVENT_NOT_FOUND"),
         ("poll", "unknown-event", 404, "EVENT_NOT_FOUND"),
+        ("challenge", "unknown-event", 404, "EVENT_NOT_FOUND"),
         ("rejoin", "forged-token", 403, "INVALID_TOKEN"),
         ("leave", "forged-token", 403, "INVALID_TOKEN"),
         ("poll", "forged-token", 403, "INVALID_TOKEN"),
@@ -623,6 +710,7 @@ def test_refusals_of_substance_answer_the_same_on_both_lanes(
         "rejoin": json_call("POST", "/api/queue/rejoin", {"token": token, "eventId": event_id}),
         "leave": Call("DELETE", f"/api/queue/leave?token={token}&eventId={event_id}"),
         "poll": Call("GET", f"/api/status/poll?token={token}&eventId={event_id}"),
+        "challenge": Call("GET", f"/api/queue/challenge?eventId={event_id}"),
     }[operation]
     before = snapshot(event.event_id)
     answered, body = on_both_lanes(lanes, lambda: call)
@@ -638,13 +726,13 @@ def _address() -> str:
 
 
 @pytest.mark.parametrize("operation", ["join", "rejoin", "leave"])
-def test_rate_limit_answers_the_same_on_both_lanes(lanes, event, settings, operation) -> None:
+def test_rate_limit_answers_the_same_on_both_lanes(limited_server, event, settings, operation) -> None:
     settings.RATE_LIMIT_JOIN = 1
     settings.RATE_LIMIT_LEAVE = 1
     token = _joined(event.event_id)
     refused = []
-    for lane in lanes:
-        address = _address()  # each lane its own client: its own count
+    for lane in (django_client(), ServerClient(limited_server)):
+        address = _address()  # each side its own client: its own count
         call = {
             "join": json_call("POST", "/api/queue/join", {"eventId": event.event_id}, REMOTE_ADDR=address),
             "rejoin": json_call(
@@ -664,6 +752,32 @@ def test_rate_limit_answers_the_same_on_both_lanes(lanes, event, settings, opera
     body = assert_same_answer(*refused)
     assert (refused[0].status_code, body["error"]["code"]) == (429, "RATE_LIMIT")
     assert [r.get("Retry-After") for r in refused] == ["1", "1"]
+
+
+# --- Health and the proof-of-work challenge -------------------------------------------
+
+
+def test_health_answers_the_same_on_both_lanes(lanes) -> None:
+    """The seed's bare shape that load balancers read: outside the envelope and the
+    schema of the API."""
+    answers = [send(lane, Call("GET", "/health")) for lane in lanes]
+    body = assert_same_answer(*answers, varying=frozenset({"timestamp"}))
+    assert (answers[0].status_code, body["status"]) == (200, "ok")
+    assert not by_the_fast_lane(answers[1])
+
+
+# A challenge's own parts: random, signed, or of the second it was made in.
+CHALLENGE_PARTS = frozenset({"keyPrefix", "nonce", "salt", "keySignature", "signature", "expiresAt"})
+
+
+@pytest.mark.parametrize("difficulty", [0, 10_000], ids=["not-asked", "asked"])
+def test_a_challenge_answers_the_same_on_both_lanes(lanes, make_event, difficulty) -> None:
+    event = make_event(proof_of_work=difficulty)
+    call = Call("GET", f"/api/queue/challenge?eventId={event.event_id}")
+    status, body = on_both_lanes(lanes, lambda: call, varying=CHALLENGE_PARTS)
+    data = body["data"]
+    assert (status, data["required"]) == (200, difficulty > 0)
+    assert data["challenge"]["parameters"]["data"] == {"event": event.event_id}
 
 
 # --- The bad-input table ---------------------------------------------------------------
@@ -716,7 +830,7 @@ def test_bad_input_answers_are_documented(
     ],
 )
 def test_a_declared_charset_is_read_the_same_on_both_lanes(lanes, event, charset, encoding) -> None:
-    """The body is read in the charset its Content-Type declares, on both lanes."""
+    """The body is read in the charset its Content-Type declares, on both sides."""
     body = json.dumps({"eventId": event.event_id}).encode(encoding)
     call = Call("POST", "/api/queue/join", body, f"application/json; charset={charset}")
     answers = [send(lane, call) for lane in lanes]
@@ -736,14 +850,22 @@ def test_the_committed_schema_is_what_the_declarations_generate(tmp_path) -> Non
     assert generated.read_text() == SCHEMA_FILE.read_text(), "docs/openapi.yaml is stale: make schema"
 
 
-def test_the_schema_and_docs_pages_answer_with_local_assets_only(client) -> None:
-    schema = client.get("/api/schema/")
-    assert schema.status_code == 200
-    assert yaml.safe_load(schema.content) == yaml.safe_load(SCHEMA_FILE.read_text())
-    docs = client.get("/api/docs/")
-    assert docs.status_code == 200
-    html = docs.content.decode()
-    assets = re.findall(r"""<(?:script|link)\b[^>]*?\b(?:src|href)\s*=\s*["']([^"']+)""", html)
-    assert any(a.endswith(".js") for a in assets) and any(a.endswith(".css") for a in assets), assets
-    assert all(a.startswith("/") and not a.startswith("//") for a in assets), assets
-    assert "https://" not in html and "http://" not in html
+def test_the_schema_and_docs_pages_answer_with_local_assets_only(production_server) -> None:
+    server = ServerClient(production_server)
+    for lane in (django_client(), server):
+        schema = lane.generic("GET", "/api/schema/")
+        assert schema.status_code == 200
+        assert yaml.safe_load(schema.content) == yaml.safe_load(SCHEMA_FILE.read_text())
+        docs = lane.generic("GET", "/api/docs/")
+        assert docs.status_code == 200
+        html = docs.content.decode()
+        assets = re.findall(r"""<(?:script|link)\b[^>]*?\b(?:src|href)\s*=\s*["']([^"']+)""", html)
+        assert any(a.endswith(".js") for a in assets) and any(a.endswith(".css") for a in assets), assets
+        assert all(a.startswith("/") and not a.startswith("//") for a in assets), assets
+        assert "https://" not in html and "http://" not in html
+    # The server serves them (its collected static files), cached for ever: each
+    # name is of its content.
+    for asset in assets:
+        answer = server.generic("GET", asset)
+        assert answer.status_code == 200, asset
+        assert "max-age=315360000" in answer["Cache-Control"], asset
