@@ -427,8 +427,6 @@ def server_env(**overrides: str) -> dict[str, str]:
     token made here is good there; and the settings every test runs with
     (`_test_settings`), which the server reads from its environment. `overrides`
     last."""
-    from booking_app.tests.conftest import database_url_of_tests
-
     return {
         "DATABASE_URL": database_url_of_tests(),
         "SECRET_KEY": settings.SECRET_KEY,
