@@ -21,6 +21,7 @@ from booking_app.models import Reservation
 from booking_app.selectors import seats_sold
 from booking_app.services import Booking, reserve_call
 from booking_app.tests.conftest import book, database_url_of_tests, seats_left
+from conftest import CheckedThread
 from queue_app import tokens
 from queue_app.models import Event
 from ticketing import redis as r
@@ -483,12 +484,14 @@ def test_recounts_during_a_rush_are_exact(postgres, gunicorn, make_event, active
             rid = resp.json()["data"]["reservationId"]
             requests.delete(f"{base}/api/booking/{rid}", params={"token": token}, timeout=30)
 
-    loop = threading.Thread(target=recount_loop)
+    loop = CheckedThread(target=recount_loop, name="recounts")
     loop.start()
-    with ThreadPoolExecutor(32) as pool:
-        list(pool.map(buyer, tokens))
-    done.set()
-    loop.join()
+    try:
+        with ThreadPoolExecutor(32) as pool:
+            list(pool.map(buyer, tokens))
+    finally:
+        done.set()
+        loop.join()  # a recount that raised fails the test here, with its error
     assert len(reports) >= 5
     assert [rep.healed_from for rep in reports if rep.recounted and rep.healed_from is not None] == []
     final = reconcile.booking_reconcile(event.event_id)
