@@ -269,6 +269,9 @@ def test_a_redis_that_refuses_writes_is_a_503(
         busy.start()
         time.sleep(0.3)
     try:
+        refusal = {"READONLY": "read only replica", "OOM": "maxmemory", "BUSY": "BUSY"}[trouble]
+        with pytest.raises(redis_lib.ResponseError, match=refusal):  # the trouble is real
+            redis_server.client().set(f"probe-{event.event_id}", 1)
         _assert_503(_post(app_on_private_redis, "/api/queue/join", {"eventId": event.event_id}))
     finally:
         if trouble == "READONLY":
@@ -329,16 +332,32 @@ def redis_proxy(redis_server):
         yield proxy
 
 
-def once(wanted: Callable[[Message], bool], action: Action) -> Callable[[Message], Action]:
-    """A rule that acts on the first message `wanted` picks, then lets all pass."""
-    fired = threading.Lock()
+class once:  # noqa: N801 - used as a rule, like a function: `proxy.rule = once(...)`
+    """A rule that acts on the first message `wanted` picks, then lets all pass.
 
-    def rule(message: Message) -> Action:
-        if wanted(message) and fired.acquire(blocking=False):
-            return action
-        return Action.PASS
+    `fired` counts the messages it acted on (0 or 1), and `message` is that one: a test
+    asserts its fault fired, or a rule that stopped matching (the SQL changed, a script
+    was renamed) would leave it passing on the normal path."""
 
-    return rule
+    def __init__(self, wanted: Callable[[Message], bool], action: Action) -> None:
+        self.wanted, self.action = wanted, action
+        self.fired = 0
+        self.message: Message | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, message: Message) -> Action:
+        if not self.wanted(message):
+            return Action.PASS
+        with self._lock:
+            if self.fired:
+                return Action.PASS
+            self.fired, self.message = 1, message
+        return self.action
+
+    def assert_fired_on(self, proxy: FaultProxy) -> None:
+        """It picked one message, and the proxy cut the connection there."""
+        assert self.fired == 1, "the fault never fired: no message matched its rule"
+        assert proxy.cuts == [(self.message, self.action)], proxy.cuts
 
 
 def commits_a_booking(m: Message) -> bool:
@@ -360,8 +379,9 @@ def test_a_commit_whose_acknowledgement_was_lost_is_confirmed_not_undone(
     event = make_event(total_seats=4)
     first, second = active_tokens(event, 2)
     base, _ = gunicorn({"DATABASE_URL": pg_proxy.postgres_url(settings.DATABASES["default"]["NAME"])})
-    pg_proxy.rule = once(commits_a_booking, Action.CUT_AFTER)  # Postgres commits; the app hears nothing
+    cut = pg_proxy.rule = once(commits_a_booking, Action.CUT_AFTER)  # Postgres commits; the app hears nothing
     resp = _post(base, "/api/booking", {"token": first, "seatCount": 4, "eventId": event.event_id})
+    cut.assert_fired_on(pg_proxy)
     assert resp.status_code == 200, resp.text
     rid = resp.json()["data"]["reservationId"]
     assert Reservation.objects.get(reservation_id=rid).status == "CONFIRMED"
@@ -380,9 +400,11 @@ def test_a_commit_that_never_reached_postgres_is_decided_on_a_fresh_connection(
     event = make_event(total_seats=4)
     token = active_tokens(event, 1)[0]
     base, _ = gunicorn({"DATABASE_URL": pg_proxy.postgres_url(settings.DATABASES["default"]["NAME"])})
-    pg_proxy.rule = once(commits_a_booking, Action.CUT_BEFORE)  # it never reaches Postgres
+    cut = pg_proxy.rule = once(commits_a_booking, Action.CUT_BEFORE)  # it never reaches Postgres
     resp = _post(base, "/api/booking", {"token": token, "seatCount": 3, "eventId": event.event_id})
+    cut.assert_fired_on(pg_proxy)
     assert resp.status_code == 200, resp.text  # written again on the fresh connection
+    assert pg_proxy.seen[("postgres", "startup")] >= 2
     rid = resp.json()["data"]["reservationId"]
     assert Reservation.objects.get(reservation_id=rid).status == "CONFIRMED"
     assert seats_sold(event.event_id) == ledger(event.event_id) == 3
@@ -398,8 +420,11 @@ def test_a_redis_error_after_the_commit_still_answers_confirmed(
     token = active_tokens(event, 1)[0]
     base, _ = gunicorn({"DATABASE_URL": database_url_of_tests(), "REDIS_URL": redis_proxy.redis_url()})
     # The step after the commit (taking the entry out of the outbox) meets a dead connection.
-    redis_proxy.rule = once(lambda m: runs_script("outbox_done")(m) or m.kind == "XDEL", Action.CUT_BEFORE)
+    cut = redis_proxy.rule = once(
+        lambda m: runs_script("outbox_done")(m) or m.kind == "XDEL", Action.CUT_BEFORE
+    )
     resp = _post(base, "/api/booking", {"token": token, "seatCount": 2, "eventId": event.event_id})
+    cut.assert_fired_on(redis_proxy)
     assert resp.status_code == 200, resp.text
     rid = resp.json()["data"]["reservationId"]
     k = r.EventKeys(event.event_id)
@@ -427,9 +452,10 @@ def test_a_redis_error_inside_a_give_back_never_gives_twice(
     assert seats_left(event.event_id) == 5
 
     through_proxy = {"default": {**settings.CACHES["default"], "LOCATION": redis_proxy.redis_url()}}
-    redis_proxy.rule = once(lambda m: runs_script("release")(m) or m.kind == "INCRBY", cut)
+    rule = redis_proxy.rule = once(lambda m: runs_script("release")(m) or m.kind == "INCRBY", cut)
     with override_settings(CACHES=through_proxy), pytest.raises(redis_lib.ConnectionError):
         reconcile.booking_reconcile(event.event_id)
+    rule.assert_fired_on(redis_proxy)
     reconcile.booking_reconcile(event.event_id)  # the next run, on a healthy connection
     reconcile.booking_reconcile(event.event_id)
     assert seats_left(event.event_id) == 8
