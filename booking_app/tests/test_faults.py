@@ -12,7 +12,7 @@ import pytest
 import redis as redis_lib
 import requests
 from django.conf import settings
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connections
 from django.test import override_settings
 
@@ -63,14 +63,18 @@ def test_redis_back_from_an_older_snapshot_never_oversells(
     assert {b["error"]["code"] for s, b in results if s != 200} == {"SOLD_OUT"}
     assert seats_sold(event.event_id) == ledger(event.event_id) == 10
 
-    # Each refusal kept the seats it had taken in Redis, so its count came down too.
+    # Each refusal kept the seats it had taken in Redis, so its count came down too:
+    # reconcile has no seats to heal, only the marks of the two bookings the snapshot missed.
     assert_sold_out_exactly(event)
+    report = reconcile.booking_reconcile(event.event_id)
+    assert (report.verdict, report.healed_from, report.marks_restored) == ("HEALED", None, 2)
     assert reconcile.booking_reconcile(event.event_id).consistent
 
     redis_server.crash()
     redis_server.restart(snapshot)  # once more, and now reconcile comes first
     report = reconcile.booking_reconcile(event.event_id)
-    assert (report.healed_from, report.seats_left) == (6, 0)
+    # The snapshot has the marks of the first two bookings only: four are restored.
+    assert (report.healed_from, report.seats_left, report.marks_restored) == (6, 0, 4)
     assert_sold_out_exactly(event)
     assert reconcile.booking_reconcile(event.event_id).consistent
 
@@ -80,12 +84,16 @@ def test_reconcile_heals_a_count_postgres_contradicts(postgres, make_event, acti
     event = make_event(total_seats=10)
     book(api, active_tokens(event, 1)[0], event.event_id, 1)
     r.client().incrby(r.EventKeys(event.event_id).seats, 5)  # Redis lost a decrement
-    call_command("reconcile", event.event_id)
-    out = capsys.readouterr().out
-    assert "HEALED (Redis said 14 left" in out
+    sums = f"{event.event_id}: 9 left + 1 sold + 0 pending + 0 being returned = 10 seats"
+    with pytest.raises(CommandError) as healed:
+        call_command("reconcile", event.event_id)
+    assert healed.value.returncode == 2  # the exit status says it had to heal
+    assert capsys.readouterr().out.splitlines() == [
+        f"{sums}: HEALED: Redis said 14 left; Postgres' count now applies"
+    ]
     assert seats_left(event.event_id) == 9
-    call_command("reconcile", event.event_id)
-    assert "9 left + 1 sold + 0 pending + 0 being returned = 10 seats: consistent" in capsys.readouterr().out
+    call_command("reconcile", event.event_id)  # exit status 0
+    assert capsys.readouterr().out.splitlines() == [f"{sums}: consistent"]
 
 
 # --- FLUSHALL (or init_event --reset) after a cancellation Redis never saw -----------
