@@ -506,6 +506,7 @@ class Run:
         finally:
             if self.result != "passed":
                 self.result = "FAILED"
+            self.sold = self._sold()
             self.cutting = False
             if getattr(self, "app", None) is not None and self.app.poll() is None:
                 os.killpg(self.app.pid, signal.SIGKILL)
