@@ -62,7 +62,8 @@ def _totals():
         f" {len(RUNS) - len(passed)} failed"
         f" {[(run.seed, run.scenario) for run in RUNS if run.result != 'passed']};"
         f" scenarios {dict(sorted(collections.Counter(run.scenario for run in RUNS).items()))};"
-        f" seats sold {sum(run.sold for run in RUNS)};\n  answers {dict(sorted(answers.items()))};"
+        f" seats sold {sum(run.sold for run in RUNS)}; joined the line again"
+        f" {sum(run.joined_again for run in RUNS)};\n  answers {dict(sorted(answers.items()))};"
         f"\n  faults fired {dict(sorted(faults.items()))}"
     )
 
