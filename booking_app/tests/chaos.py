@@ -86,7 +86,7 @@ TRANSIENT = {*UNKNOWN, "DATABASE_UNAVAILABLE", "BOOKING_NOT_SAVED"}
 LINE_LOST = {"EVENT_NOT_FOUND", "NOT_ACTIVE", "INVALID_TOKEN"}
 # Buyers arrive within SALE_SEC and keep trying (book, or join again) for PATIENCE_SEC
 # after they arrived; then they give up, answered or not.
-SALE_SEC, PATIENCE_SEC = 4.0, 15.0
+SALE_SEC, PATIENCE_SEC = 4.0, 30.0
 GRACE_SEC = 2  # reconcile decides outbox entries this old (production: 30 s)
 # A killed reconcile's lock expires after this (production: 5 min, so the run would
 # wait that long); the next reconcile finishes its work.
@@ -312,18 +312,20 @@ class Run:
                 client.pexpire(key, KILLED_LOCK_MS)
 
     def _kill_worker(self, rng: random.Random) -> None:
-        """SIGKILL a gunicorn worker (a child of the master): counted once delivered."""
-        deadline = time.monotonic() + 5
+        """SIGKILL a gunicorn worker that serves (a child of the master whose start-up
+        its log shows complete, not one still booting): counted once delivered."""
+        deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            workers = self._workers()
-            if workers:
+            log = (self.workdir / "gunicorn.log").read_text(errors="replace")
+            serving = [pid for pid in self._workers() if f"[{pid}] [INFO] Application startup comp" in log]
+            if serving:
                 try:
-                    os.kill(rng.choice(workers), signal.SIGKILL)
+                    os.kill(rng.choice(sorted(serving)), signal.SIGKILL)
                 except ProcessLookupError:
                     continue  # it had just exited; pick again
                 self.faults["kill worker"] += 1
                 return
-            time.sleep(0.05)  # both being replaced: wait for a new one
+            time.sleep(0.05)  # both being replaced: wait for a new one to serve
 
     def _plan(self, rng: random.Random) -> list[tuple[float, str]]:
         plan: list[tuple[float, str]] = []
@@ -519,7 +521,8 @@ class Run:
             tick = queue.event_admit(self.event_id)
             assert tick.admitted == self.buyers, tick
             self._start_commands(plan, rng)
-            self.base, self.app = start_gunicorn(self._env(), workers=2)
+            self.app_log = open(self.workdir / "gunicorn.log", "w")  # noqa: SIM115 - closed in finally
+            self.base, self.app = start_gunicorn(self._env(), workers=2, stderr=self.app_log)
 
             self.cutting = "cuts" in self.flags
             monkey = CheckedThread(
@@ -576,6 +579,8 @@ class Run:
                 warm.stop()
             for proxy in self.proxies:
                 proxy.close()
+            if getattr(self, "app_log", None) is not None:
+                self.app_log.close()
 
     def _start_commands(self, plan: list[tuple[float, str]], rng: random.Random) -> None:
         """The management commands the plan runs, started now and ready to go."""
@@ -804,7 +809,8 @@ class Run:
 
     def _report(self, when: str, problems: list[str]) -> str:
         head = f"seed {self.seed}, scenario {self.scenario}: checks failed {when}"
-        return "\n".join([head, *self.log, *problems[:30]])
+        log = (self.workdir / "gunicorn.log").read_text(errors="replace").splitlines()[-15:]
+        return "\n".join([head, *self.log, *problems[:30], "the app server's log ends:", *log])
 
 
 def run_once(seed: int, scenario: str, workdir: Path, runs: list[Run] | None = None) -> str:
