@@ -88,6 +88,7 @@ LINE_LOST = {"EVENT_NOT_FOUND", "NOT_ACTIVE", "INVALID_TOKEN"}
 # after they arrived; then they give up, answered or not.
 SALE_SEC, PATIENCE_SEC = 4.0, 30.0
 GRACE_SEC = 2  # reconcile decides outbox entries this old (production: 30 s)
+STARTED = "[INFO] Application startup complete"  # what a gunicorn worker logs once it serves
 # A killed reconcile's lock expires after this (production: 5 min, so the run would
 # wait that long); the next reconcile finishes its work.
 KILLED_LOCK_MS = 500
@@ -317,7 +318,7 @@ class Run:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             log = (self.workdir / "gunicorn.log").read_text(errors="replace")
-            serving = [pid for pid in self._workers() if f"[{pid}] [INFO] Application startup comp" in log]
+            serving = [pid for pid in self._workers() if f"[{pid}] {STARTED}" in log]
             if serving:
                 try:
                     os.kill(rng.choice(sorted(serving)), signal.SIGKILL)
