@@ -57,11 +57,14 @@ sale: $(BIN)/.installed
 	$(BIN)/python -m pip install --quiet -r requirements-bench.txt
 	$(BIN)/python bench/sale.py $(SALE_ARGS)
 
-# The fault-injection soak (docs/reliability.md): CHAOS_RUNS runs with random seeds;
-# CHAOS_SEED=<n> CHAOS_SCENARIO=<name> replays one.
+# The fault-injection soak (docs/reliability.md); each seed picks its scenario. CHAOS_SEEDS=1-50
+# (or 3,17,40-45) runs those seeds; else CHAOS_RUNS seeds from CHAOS_FIRST_SEED (random when
+# unset). The seeds are printed with each run's summary and the totals. CHAOS_SEED=<n> replays
+# one; CHAOS_SCENARIO=<name> puts every seed in that scenario.
 CHAOS_RUNS ?= 50
 chaos: $(BIN)/.installed
-	CHAOS_RUNS=$(CHAOS_RUNS) $(BIN)/python -m ticketing.devstack exec -- \
+	CHAOS_RUNS=$(CHAOS_RUNS) CHAOS_SEEDS=$(CHAOS_SEEDS) CHAOS_FIRST_SEED=$(CHAOS_FIRST_SEED) \
+	CHAOS_SEED=$(CHAOS_SEED) CHAOS_SCENARIO=$(CHAOS_SCENARIO) $(BIN)/python -m ticketing.devstack exec -- \
 		$(BIN)/python -m pytest booking_app/tests/test_chaos.py -p no:randomly -q -s --durations=0 $(PYTEST_ARGS)
 
 # Proof that the suite can fail (docs/reliability.md): each safeguard broken in a copy

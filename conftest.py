@@ -43,6 +43,26 @@ def pytest_configure(config: pytest.Config) -> None:
         )
 
 
+class CheckedThread(threading.Thread):
+    """A test's thread whose exception reaches the test: `join()` raises it again in
+    the test's thread, naming the thread, so the failure says what went wrong there."""
+
+    error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except BaseException as exc:  # noqa: B036 - raised again by join(), whatever it is
+            self.error = exc
+
+    def join(self, timeout: float | None = None) -> None:
+        super().join(timeout)
+        if self.is_alive():
+            raise AssertionError(f"thread {self.name} still runs after {timeout} s")
+        if self.error is not None:
+            raise AssertionError(f"thread {self.name} failed: {self.error!r}") from self.error
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests marked `cluster` need a Redis Cluster: they run in the cluster run
     (`make test-cluster`) and are deselected, not skipped, in any other."""

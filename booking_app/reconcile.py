@@ -67,31 +67,48 @@ class Report:
     recounted: bool = False
 
     @property
+    def healed(self) -> list[str]:
+        """What this run found wrong and corrected: Redis' seat count, the seat ledger,
+        booking marks Redis had lost. Deciding outbox bookings is not among them: that
+        is the outbox's normal end when a request could not finish it."""
+        out = []
+        if self.healed_from is not None:
+            out.append(f"Redis said {self.healed_from} left; Postgres' count now applies")
+        if self.ledger_fixed_from is not None:
+            out.append(f"the seat ledger said {self.ledger_fixed_from} sold; set to the rows' {self.sold}")
+        if self.marks_restored:
+            out.append(f"restored {self.marks_restored} booking mark(s) Redis had lost")
+        return out
+
+    @property
     def consistent(self) -> bool:
-        """Seats added up before this run (nothing had to be healed)."""
-        return self.recounted and self.healed_from is None and self.ledger_fixed_from is None
+        """Seats were recounted and everything added up before this run: nothing healed."""
+        return self.recounted and not self.healed
+
+    @property
+    def verdict(self) -> str:
+        """One word: "consistent", "HEALED" (it was not, and is now), "busy" (another
+        reconcile had the event) or "not recounted" (Redis or Postgres failed it)."""
+        if self.busy:
+            return "busy"
+        if not self.recounted:
+            return "not recounted"
+        return "HEALED" if self.healed else "consistent"
 
     def lines(self) -> list[str]:
+        """The verdict line first, then what was done. "consistent" is printed only
+        when nothing had to be corrected."""
         if self.busy:
-            return [f"{self.event_id}: another reconcile is working on it; skipped"]
+            return [f"{self.event_id}: busy: another reconcile is working on it; skipped"]
         if not self.recounted:
-            return [f"{self.event_id}: seats not recounted (Redis or Postgres unavailable, or busy)"]
+            return [f"{self.event_id}: not recounted: Redis or Postgres unavailable, or a recount running"]
         sums = (
             f"{self.event_id}: {self.seats_left} left + {self.sold} sold + {self.pending} pending"
             f" + {self.unreturned} being returned = {self.total_seats} seats"
         )
-        if self.healed_from is None:
-            out = [f"{sums}: consistent"]
-        else:
-            out = [f"{sums}: HEALED (Redis said {self.healed_from} left; Postgres' count now applies)"]
+        out = [f"{sums}: HEALED: {'; '.join(self.healed)}" if self.healed else f"{sums}: consistent"]
         out += [f"  wrote reservation {rid} from the outbox" for rid in self.written]
         out += [f"  released outbox booking {rid} (refused or not saved in Postgres)" for rid in self.refused]
-        if self.ledger_fixed_from is not None:
-            out.append(
-                f"  the seat ledger said {self.ledger_fixed_from} sold; set to {self.sold} from the rows"
-            )
-        if self.marks_restored:
-            out.append(f"  restored {self.marks_restored} booking mark(s) Redis had lost")
         if self.undecided:
             out.append(f"  {self.undecided} outbox booking(s) wait for Postgres")
         return out
@@ -115,7 +132,7 @@ def booking_reconcile(event_id: str) -> Report:
             lock.release()
         except (LockError, *REDIS_ERRORS):
             pass  # expired, or Redis is away: it expires by itself
-    if report.healed_from is not None:
+    if report.healed:
         log.error("%s", report.lines()[0])
     metrics.reconcile_corrected(
         event_id,

@@ -1,6 +1,6 @@
 """The fault-injection run: many buyers against a small event, faults at every step.
 
-One run, for one seed and one scenario:
+One run, for one seed (the seed picks its scenario, see `scenario_of`):
 
 - a Redis server of its own, and app servers (gunicorn, 2 workers x 8 threads) that
   reach Postgres and Redis through `FaultProxy`s, so connections can be cut before a
@@ -10,13 +10,16 @@ One run, for one seed and one scenario:
 - the scenario's faults, at times drawn from the seed: cuts at every Postgres and
   Redis step of booking, cancellation, reconcile and recovery; a gunicorn worker
   SIGKILLed mid-request; Redis SIGKILLed and restarted from an older snapshot;
-  FLUSHALL followed by `recover_event`; reconciles running in parallel (some of them
-  SIGKILLed too);
-- then the invariants, once when the load has stopped and again after reconcile.
+  FLUSHALL followed by `recover_event`; reconciles running in parallel, and a
+  reconcile SIGKILLed while it holds the event, at one of its Redis steps;
+- then the checks, once when the load has stopped and again after reconcile: every
+  fault the scenario planned fired (counted when it happened, not when planned), the
+  run sold seats, the invariants hold, and every answer a buyer got agrees with the
+  row it implies.
 
 The seed fixes the buyers, the fault probabilities and the schedule; threads make the
 exact interleaving differ between replays, so a failing seed is replayed with
-`CHAOS_SEED=<seed> CHAOS_SCENARIO=<name> make chaos`.
+`CHAOS_SEED=<seed> make chaos`.
 """
 
 import collections
@@ -35,16 +38,17 @@ from pathlib import Path
 import requests
 from django.conf import settings
 from django.db import connection, connections
-from django.db.models import Count, Sum
+from django.db.models import Sum
 from django.test import override_settings
 
 from booking_app import reconcile
 from booking_app.models import Reservation
 from booking_app.tests.conftest import RedisServer
-from conftest import start_gunicorn
+from conftest import CheckedThread, start_gunicorn
 from queue_app import services as queue
 from queue_app.models import Event
 from ticketing import redis as r
+from ticketing.errors import REDIS_ERRORS
 from ticketing.tests.faultproxy import Action, FaultProxy, Message
 
 SCENARIOS = {
@@ -55,12 +59,95 @@ SCENARIOS = {
     "reconcile": {"cuts", "reconcile"},
     "everything": {"cuts", "kill", "restore", "flush", "reconcile"},
 }
+
+
+def scenario_of(seed: int) -> str:
+    """Each seed has its scenario, so a seed alone names a run (and a range of seeds
+    spreads evenly over the scenarios)."""
+    names = sorted(SCENARIOS)
+    return names[seed % len(names)]
+
+
 # The Redis scripts of booking, cancellation and reconcile: each may be cut.
 BOOKING_SCRIPTS = ("reserve", "release", "outbox_done", "cancel", "seats_heal")
 # Chance that an eligible message is cut before / after the server got it.
 CUT_BEFORE, CUT_AFTER = 0.05, 0.05
-TRANSIENT = {"REDIS_UNAVAILABLE", "DATABASE_UNAVAILABLE", "BOOKING_NOT_SAVED", "NO_ANSWER"}
+# Besides those odds, the seed picks one booking INSERT and one `reserve` among the first
+# five of the run to cut before, and one among the next five to cut after: both kinds fire
+# on both servers in every run with cuts, so a run can insist that they did (a rule that
+# stopped matching, say after the SQL changed, fails the run instead of passing it).
+FORCED = {("postgres", "INSERT"), ("redis", "reserve")}
+# Answers whose outcome the buyer cannot know.
+UNKNOWN = {"REDIS_UNAVAILABLE", "NO_ANSWER"}
+# Answers a buyer tries again after a pause, as a person does whose page shows an error.
+TRANSIENT = {*UNKNOWN, "DATABASE_UNAVAILABLE", "BOOKING_NOT_SAVED"}
+# Answers that mean the line was lost (a FLUSHALL): the event is being rebuilt
+# (EVENT_NOT_FOUND: try again), or the place is gone (join again, wait to be admitted).
+LINE_LOST = {"EVENT_NOT_FOUND", "NOT_ACTIVE", "INVALID_TOKEN"}
+# Buyers arrive within SALE_SEC and keep trying (book, or join again) for PATIENCE_SEC
+# after they arrived; then they give up, answered or not.
+SALE_SEC, PATIENCE_SEC = 4.0, 30.0
 GRACE_SEC = 2  # reconcile decides outbox entries this old (production: 30 s)
+STARTED = "[INFO] Application startup complete"  # what a gunicorn worker logs once it serves
+# A killed reconcile's lock expires after this (production: 5 min, so the run would
+# wait that long); the next reconcile finishes its work.
+KILLED_LOCK_MS = 500
+# Seats a run must have sold (confirmed, then kept or cancelled) after the final
+# reconcile. 200 buyers ask for about 400 seats of 100 within 4 s and keep trying
+# through the faults (after a FLUSHALL they join the line again): a run sells out but
+# for seats that cannot be resold in time, a remainder smaller than every later request
+# and the seats of a refused booking whose give-back was cut (reconcile returns them
+# after the sale), a few seats each.
+MIN_SOLD = 90
+
+# A management command in a process of its own, started before the sale: Django takes
+# seconds to start on a busy machine, so a command started at its planned time would
+# run long after it. It runs when told "go".
+_WARM = """\
+import os, sys
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ticketing.settings")
+import django
+django.setup()
+print("ready", flush=True)
+if sys.stdin.readline().strip() == "go":
+    from django.core.management import execute_from_command_line
+    execute_from_command_line(["manage.py", *sys.argv[1:]])
+"""
+
+
+class Warm:
+    """A management command's process, started early (_WARM); `go()` runs it."""
+
+    def __init__(self, args: list[str], env: dict) -> None:
+        self.args = args
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _WARM, *args],
+            cwd=settings.BASE_DIR,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        self.started = False
+        self.killed = False
+
+    def ready(self) -> None:
+        line = self.proc.stdout.readline()
+        assert line.strip() == "ready", f"{self.args} did not start: {line!r}, exit {self.proc.poll()}"
+
+    def go(self) -> None:
+        self.started = True
+        self.proc.stdin.write("go\n")
+        self.proc.stdin.close()
+
+    def wait(self, timeout: float = 120) -> int:
+        return self.proc.wait(timeout)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
 
 @dataclass
@@ -69,7 +156,16 @@ class Answer:
     token: str
     status: int | None
     code: str  # CONFIRMED, CANCELLED, or the error code; NO_ANSWER for a broken connection
-    reservation_id: str | None
+    reservation_id: str | None  # the id the answer names (for a failed cancel, the id asked about)
+    seats: int | None  # the seatCount the answer names
+    asked_id: str | None = None  # a cancel: the reservation it asked to cancel
+
+
+@dataclass(frozen=True)
+class Row:
+    token: str
+    seats: int
+    status: str
 
 
 @dataclass
@@ -80,28 +176,48 @@ class Run:
     buyers: int = 200
     seats: int = 100
     answers: list[Answer] = field(default_factory=list)
-    faults: collections.Counter = field(default_factory=collections.Counter)
+    asked: dict[str, int] = field(default_factory=dict)  # token -> seats its buyer asks for
+    cancels_asked: set[tuple[str, str]] = field(default_factory=set)  # (token, reservation id)
+    planned: collections.Counter = field(default_factory=collections.Counter)
+    faults: collections.Counter = field(default_factory=collections.Counter)  # fired
+    eligible: collections.Counter = field(default_factory=collections.Counter)  # messages the rule could cut
     log: list[str] = field(default_factory=list)
+    result: str = "running"  # then "load stopped", and "passed" or "FAILED"
+    sold: int = 0  # confirmed seats when last summed up
 
     def __post_init__(self) -> None:
         self.flags = SCENARIOS[self.scenario]
         self.event_id = f"chaos-{self.seed}-{uuid.uuid4().hex[:6]}"
         self.redis = RedisServer(self.workdir)
         self.redis_lost_data = False
+        self.lock = threading.Lock()
+        self.cutting = False
+        self.kills_due = 0
+        self.joined_again = 0  # joins of buyers whose place a FLUSHALL took
+        self.plan: list[tuple[float, str]] = []
+        self.proxies: list[FaultProxy] = []
+        self.kill_messages: list[Message] = []
+        self.warm: list[Warm] = []
 
     # --- the stack ---------------------------------------------------------------
 
-    def _env(self) -> dict:
+    def _env(self, redis_proxy: FaultProxy | None = None) -> dict:
         """What app servers and management commands of the run change in their
         environment: Postgres and Redis through the fault proxies."""
         db_name = settings.DATABASES["default"]["NAME"]
         return {
             "DATABASE_URL": self.pg_proxy.postgres_url(db_name),
-            "REDIS_URL": self.redis_proxy.redis_url(),
+            "REDIS_URL": (redis_proxy or self.redis_proxy).redis_url(),
             "REDIS_CLUSTER": "false",  # the proxy stands before one server of its own
             "BOOKING_RECONCILE_GRACE_SEC": str(GRACE_SEC),
             "LOG_LEVEL": "CRITICAL",
+            "RATE_LIMIT_JOIN": "0",  # every buyer is 127.0.0.1
         }
+
+    def _warm(self, *args: str, redis_proxy: FaultProxy | None = None) -> Warm:
+        process = Warm(list(args), {**os.environ, **self._env(redis_proxy)})
+        self.warm.append(process)
+        return process
 
     def _workers(self) -> list[int]:
         children = []
@@ -114,46 +230,105 @@ class Run:
                 children.append(int(stat.parent.name))
         return children
 
-    def _manage(self, *args: str) -> subprocess.Popen:
-        return subprocess.Popen(
-            [sys.executable, "manage.py", *args],
-            cwd=settings.BASE_DIR,
-            env={**os.environ, **self._env()},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-
     # --- faults --------------------------------------------------------------------
 
-    def _rule(self, rng: random.Random, lock: threading.Lock, names: dict[bytes, str]):
-        def rule(m: Message) -> Action:
-            if m.protocol == "postgres":
-                text = m.text.lstrip().upper()
-                eligible = m.kind == "Q" and (
-                    text.startswith("COMMIT")
-                    or text.startswith('INSERT INTO "BOOKING_APP_RESERVATION"')
-                    or text.startswith('UPDATE "BOOKING_APP_RESERVATION"')
-                )
-                step = text.split(" ", 1)[0]
-            else:
-                eligible = m.kind == "EVALSHA" and bool(m.args) and m.args[0] in names
-                step = names.get(m.args[0], "") if eligible else ""
-            if not eligible or not self.cutting:
-                return Action.PASS
-            with lock:
-                roll = rng.random()
-            if roll < CUT_BEFORE:
-                self.faults[f"{m.protocol} {step} cut before"] += 1
-                return Action.CUT_BEFORE
-            if roll < CUT_BEFORE + CUT_AFTER:
-                self.faults[f"{m.protocol} {step} cut after"] += 1
-                return Action.CUT_AFTER
+    def _step(self, m: Message) -> str:
+        if m.protocol == "postgres":
+            return m.text.lstrip().split(" ", 1)[0].upper()
+        return self.names.get(m.args[0], m.kind) if m.kind == "EVALSHA" and m.args else m.kind
+
+    def _eligible(self, m: Message) -> bool:
+        if m.protocol == "postgres":
+            text = m.text.lstrip().upper()
+            return m.kind == "Q" and (
+                text.startswith("COMMIT")
+                or text.startswith('INSERT INTO "BOOKING_APP_RESERVATION"')
+                or text.startswith('UPDATE "BOOKING_APP_RESERVATION"')
+            )
+        return m.kind == "EVALSHA" and bool(m.args) and m.args[0] in self.names
+
+    def _cut(self, m: Message) -> Action:
+        """The rule of every proxy: seeded odds, and the forced cuts (see FORCED)."""
+        if not self.cutting or not self._eligible(m):
             return Action.PASS
+        step = (m.protocol, self._step(m))
+        with self.lock:
+            self.eligible[step] += 1
+            nth = self.eligible[step]
+            roll = self.dice.random()
+        if step in FORCED and nth == self.forced[step][0]:
+            return Action.CUT_BEFORE
+        if step in FORCED and nth == self.forced[step][1]:
+            return Action.CUT_AFTER
+        if roll < CUT_BEFORE:
+            return Action.CUT_BEFORE
+        if roll < CUT_BEFORE + CUT_AFTER:
+            return Action.CUT_AFTER
+        return Action.PASS
+
+    def _reconcile_rule(self, process: list, after: int, action: Action):
+        """A reconcile's own Redis proxy: the cuts, and its SIGKILL when a kill is due
+        and it holds the event's reconcile lock, at its `after`-th command since it took
+        it (the command is cut before or after it applied, as `action` says)."""
+        lock_key = r.EventKeys(self.event_id).reconciling.encode()
+        state = {"token": None, "sent": 0}
+
+        def rule(m: Message) -> Action:
+            if m.kind == "SET" and m.args[:1] == (lock_key,) and b"NX" in m.args:
+                state["token"], state["sent"] = m.args[1], 0
+                return self._cut(m)
+            if state["token"] is None:
+                return self._cut(m)
+            state["sent"] += 1
+            if state["sent"] < after or not self._kill_reconcile(process[0], state["token"]):
+                return self._cut(m)
+            self.kill_messages.append(m)  # the proxy records it as a cut: it is the kill's
+            return action
 
         return rule
 
-    def _monkey(self, rng: random.Random, stop: threading.Event) -> None:
-        """The scenario's big faults, at seeded times while the buyers book."""
+    def _kill_reconcile(self, warm: Warm, token: bytes) -> bool:
+        k = r.EventKeys(self.event_id)
+        client = self.redis.client()
+        with self.lock:
+            if not self.kills_due or warm.killed or client.get(k.reconciling) != token:
+                return False  # no kill due, or this one does not hold the event
+            try:
+                os.kill(warm.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                return False
+            warm.killed = True
+            self.kills_due -= 1
+            self.faults["reconcile killed"] += 1
+        self._expire_locks()
+        return True
+
+    def _expire_locks(self) -> None:
+        """A killed reconcile's lock and recount mark expire as they would, only sooner
+        (KILLED_LOCK_MS): called once it is dead, when nobody else can hold them."""
+        k = r.EventKeys(self.event_id)
+        client = self.redis.client()
+        for key in (k.reconciling, k.recount):
+            if client.pttl(key) > KILLED_LOCK_MS:
+                client.pexpire(key, KILLED_LOCK_MS)
+
+    def _kill_worker(self, rng: random.Random) -> None:
+        """SIGKILL a gunicorn worker that serves (a child of the master whose start-up
+        its log shows complete, not one still booting): counted once delivered."""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            log = (self.workdir / "gunicorn.log").read_text(errors="replace")
+            serving = [pid for pid in self._workers() if f"[{pid}] {STARTED}" in log]
+            if serving:
+                try:
+                    os.kill(rng.choice(sorted(serving)), signal.SIGKILL)
+                except ProcessLookupError:
+                    continue  # it had just exited; pick again
+                self.faults["kill worker"] += 1
+                return
+            time.sleep(0.05)  # both being replaced: wait for a new one to serve
+
+    def _plan(self, rng: random.Random) -> list[tuple[float, str]]:
         plan: list[tuple[float, str]] = []
         if "kill" in self.flags:
             plan += [(rng.uniform(0.5, 4.0), "kill worker") for _ in range(2)]
@@ -161,93 +336,151 @@ class Run:
             plan += [(0.3, "snapshot"), (rng.uniform(1.5, 3.5), "restore")]
         if "flush" in self.flags:
             plan.append((rng.uniform(1.0, 3.5), "flush"))
+            self.planned["recover_event"] += 1
         if "reconcile" in self.flags:
-            plan += [(0.6 + 0.7 * i, "reconcile") for i in range(6)]
-        started = time.monotonic()
+            # Six pairs at once, 0.7 s apart; one or two of the first four arm a kill:
+            # the next reconcile that holds the event is SIGKILLed at one of its steps.
+            armed = set(rng.sample(range(4), rng.choice([1, 2])))
+            plan += [(0.6 + 0.7 * i, "reconcile kill" if i in armed else "reconcile") for i in range(6)]
+            self.planned["reconcile killed"] += len(armed)
+            self.planned["reconcile"] += 12 - len(armed)
+        self.planned.update(what for _, what in plan if what in ("kill worker", "restore", "flush"))
+        return sorted(plan)
+
+    def _monkey(self, rng: random.Random, plan: list[tuple[float, str]], started: float) -> None:
+        """The scenario's big faults, at their planned times, each counted once it fired."""
         snapshot = None
-        reconciles: list[subprocess.Popen] = []
-        for at, what in sorted(plan):
-            if stop.wait(max(0.0, at - (time.monotonic() - started))):
-                break
-            self.faults[what] += 1
+        pairs = [self.reconcilers[i : i + 2] for i in range(0, len(self.reconcilers), 2)]
+        for at, what in plan:
+            time.sleep(max(0.0, at - (time.monotonic() - started)))
             if what == "kill worker":
-                workers = self._workers()
-                if workers:
-                    os.kill(rng.choice(workers), signal.SIGKILL)
+                self._kill_worker(rng)
             elif what == "snapshot":
                 snapshot = self.redis.snapshot()
             elif what == "restore":
                 self.redis.crash()
                 self.redis.restart(snapshot)
                 self.redis_lost_data = True
+                self.faults["restore"] += 1
             elif what == "flush":
                 self.redis.client().flushall()
                 self.redis_lost_data = True
+                self.faults["flush"] += 1
                 self._recover()
-            elif what == "reconcile":
-                pair = [self._manage("reconcile", self.event_id) for _ in range(2)]
-                reconciles += pair
-                if rng.random() < 0.4:
-                    time.sleep(rng.uniform(0.0, 0.3))
-                    pair[0].kill()
-                    self.faults["reconcile killed"] += 1
-        for proc in reconciles:
-            proc.wait()
+            elif what.startswith("reconcile"):
+                if what == "reconcile kill":
+                    with self.lock:
+                        self.kills_due += 1
+                for warm in pairs.pop(0):
+                    warm.go()
 
     def _recover(self) -> None:
         """recover_event through the faulty connections, until it succeeds."""
         for _ in range(20):
-            if self._manage("recover_event", self.event_id).wait() == 0:
+            if not self.recoverers:
+                self.recoverers.append(self._warm("recover_event", self.event_id))
+                self.recoverers[0].ready()
+            process = self.recoverers.pop(0)
+            process.go()
+            if process.wait() == 0:
+                self.faults["recover_event"] += 1
                 return
             self.faults["recover_event retried"] += 1
         raise AssertionError("recover_event never succeeded")
 
     # --- buyers ----------------------------------------------------------------------
 
-    def _call(self, what: str, token: str, method: str, path: str, **kwargs) -> Answer:
+    def _call(self, what: str, token: str, method: str, path: str, asked: str | None = None, **kw) -> Answer:
+        status, code, rid, seats = None, "NO_ANSWER", asked, None
         try:
-            resp = requests.request(method, f"{self.base}{path}", timeout=60, **kwargs)
+            resp = requests.request(method, f"{self.base}{path}", timeout=60, **kw)
+            status = resp.status_code
             body = resp.json()
-        except (requests.RequestException, ValueError):
-            answer = Answer(what, token, None, "NO_ANSWER", None)
-        else:
             if body["success"]:
                 data = body["data"]
-                answer = Answer(what, token, resp.status_code, data["status"], data["reservationId"])
+                code, rid, seats = data["status"], data["reservationId"], data["seatCount"]
             else:
-                err = body["error"]
-                answer = Answer(what, token, resp.status_code, err["code"], err.get("reservationId"))
+                code, rid = body["error"]["code"], body["error"].get("reservationId", asked)
+        except requests.RequestException:
+            pass  # a broken connection: NO_ANSWER
+        except (ValueError, KeyError, TypeError):
+            code = f"HTTP {status} without the envelope"
+        answer = Answer(what, token, status, code, rid, seats, asked)
         self.answers.append(answer)
         return answer
 
     def _buyer(self, i: int, token: str) -> None:
         rng = random.Random(self.seed * 100_003 + i)
-        time.sleep(rng.uniform(0.0, 4.0))
-        payload = {
-            "token": token,
-            "seatCount": rng.randint(1, 3),
-            "eventId": self.event_id,
-            "buyerName": f"buyer {i}",
-            "buyerEmail": f"buyer{i}@example.com",
-        }
-        for _ in range(4):
+        time.sleep(rng.uniform(0.0, SALE_SEC))
+        seats = rng.randint(1, 3)
+        give_up = time.monotonic() + PATIENCE_SEC
+        while True:
+            self.asked[token] = seats
+            payload = {
+                "token": token,
+                "seatCount": seats,
+                "eventId": self.event_id,
+                "buyerName": f"buyer {i}",
+                "buyerEmail": f"buyer{i}@example.com",
+            }
             answer = self._call("book", token, "POST", "/api/booking", json=payload)
-            if answer.code not in TRANSIENT:
+            lost = "flush" in self.flags and answer.code in LINE_LOST
+            if time.monotonic() > give_up or not (answer.code in TRANSIENT or lost):
                 break
-            time.sleep(rng.uniform(0.1, 0.4))
+            if answer.code in ("NOT_ACTIVE", "INVALID_TOKEN") and lost:
+                token = self._join_again(rng, give_up)
+                if token is None:
+                    break
+            else:
+                time.sleep(rng.uniform(0.1, 0.4))
         if answer.code == "CONFIRMED" and rng.random() < 0.15:
+            rid = answer.reservation_id
             time.sleep(rng.uniform(0.0, 1.0))
+            self.cancels_asked.add((token, rid))
             for _ in range(4):
                 cancel = self._call(
-                    "cancel",
-                    token,
-                    "DELETE",
-                    f"/api/booking/{answer.reservation_id}",
-                    params={"token": token},
+                    "cancel", token, "DELETE", f"/api/booking/{rid}", asked=rid, params={"token": token}
                 )
                 if cancel.code not in TRANSIENT:
                     break
                 time.sleep(rng.uniform(0.1, 0.4))
+
+    def _join_again(self, rng: random.Random, give_up: float) -> str | None:
+        """After the line was lost: join it again and poll until admitted (the tick
+        runs every second, see `_beat`). The new token, or None when time ran out."""
+        while time.monotonic() < give_up:
+            joined = self._ask("POST", "/api/queue/join", json={"eventId": self.event_id})
+            if joined is None:
+                time.sleep(rng.uniform(0.2, 0.5))  # the event is being rebuilt, or a fault
+                continue
+            token = joined["token"]
+            with self.lock:
+                self.joined_again += 1
+            while time.monotonic() < give_up:
+                query = {"token": token, "eventId": self.event_id}
+                polled = self._ask("GET", "/api/status/poll", params=query)
+                if polled is not None and polled["status"] == "ACTIVE":
+                    return token
+                if polled is None or polled["status"] in ("NOT_FOUND", "EXPIRED"):
+                    break  # lost again (Redis restored from before this join), or a fault
+                time.sleep(rng.uniform(0.2, 0.4))
+        return None
+
+    def _ask(self, method: str, path: str, **kw) -> dict | None:
+        """A call of the line's API: its data, or None for any failure."""
+        try:
+            body = requests.request(method, f"{self.base}{path}", timeout=60, **kw).json()
+        except (requests.RequestException, ValueError):
+            return None
+        return body["data"] if body.get("success") else None
+
+    def _beat(self, stop: threading.Event) -> None:
+        """The admission tick, every second of the sale, as beat runs it."""
+        while not stop.wait(1.0):
+            try:
+                queue.event_admit(self.event_id)
+            except REDIS_ERRORS:
+                pass  # Redis is being restarted: the next tick admits
 
     # --- the run -----------------------------------------------------------------------
 
@@ -259,14 +492,23 @@ class Run:
         finally:
             self.redis.stop()
 
+    def _proxy(self, protocol: str) -> FaultProxy:
+        if protocol == "postgres":
+            db = settings.DATABASES["default"]
+            proxy = FaultProxy("postgres", int(db["PORT"] or 5432), db["HOST"] or "127.0.0.1")
+        else:
+            proxy = FaultProxy("redis", self.redis.port)
+        self.proxies.append(proxy.start())
+        return proxy
+
     def _execute(self) -> None:
-        db = settings.DATABASES["default"]
-        self.pg_proxy = FaultProxy("postgres", int(db["PORT"] or 5432), db["HOST"] or "127.0.0.1").start()
-        self.redis_proxy = FaultProxy("redis", self.redis.port).start()
-        self.cutting = False
-        names = {r.script(name).sha.encode(): name for name in BOOKING_SCRIPTS}
-        rule = self._rule(random.Random(self.seed + 1), threading.Lock(), names)
-        self.pg_proxy.rule = self.redis_proxy.rule = rule
+        self.pg_proxy, self.redis_proxy = self._proxy("postgres"), self._proxy("redis")
+        self.names = {r.script(name).sha.encode(): name for name in BOOKING_SCRIPTS}
+        self.dice = random.Random(self.seed + 1)
+        self.forced = {step: (self.dice.randint(1, 5), self.dice.randint(6, 10)) for step in sorted(FORCED)}
+        self.pg_proxy.rule = self.redis_proxy.rule = self._cut
+        rng = random.Random(self.seed + 2)
+        self.plan = plan = self._plan(rng)
         try:
             event = Event.objects.create(
                 event_id=self.event_id,
@@ -279,35 +521,92 @@ class Run:
             tokens = [queue.queue_join(event_id=self.event_id).token for _ in range(self.buyers)]
             tick = queue.event_admit(self.event_id)
             assert tick.admitted == self.buyers, tick
-            self.base, self.app = start_gunicorn(self._env(), workers=2)
+            self._start_commands(plan, rng)
+            self.app_log = open(self.workdir / "gunicorn.log", "w")  # noqa: SIM115 - closed in finally
+            self.base, self.app = start_gunicorn(self._env(), workers=2, stderr=self.app_log)
 
             self.cutting = "cuts" in self.flags
-            stop = threading.Event()
-            monkey = threading.Thread(target=self._monkey, args=(random.Random(self.seed + 2), stop))
+            monkey = CheckedThread(
+                target=self._monkey,
+                args=(rng, plan, time.monotonic()),
+                name=f"faults of seed {self.seed}, scenario {self.scenario}",
+            )
             monkey.start()
-            with ThreadPoolExecutor(self.buyers) as pool:
-                list(pool.map(self._buyer, range(self.buyers), tokens))
-            stop.set()
-            monkey.join()
+            stop = threading.Event()
+            beat = CheckedThread(target=self._beat, args=(stop,), name="the admission tick")
+            beat.start()
+            try:
+                with ThreadPoolExecutor(self.buyers) as pool:
+                    list(pool.map(self._buyer, range(self.buyers), tokens))
+            finally:
+                stop.set()
+                beat.join()
+                monkey.join()  # a fault that could not be made fails the run here, naming it
+            for warm in self.warm:
+                if warm.started:
+                    code = warm.wait()
+                    if warm.args[0] == "reconcile" and not warm.killed:
+                        self.faults["reconcile"] += 1
+                        self.faults[f"reconcile exit {code}"] += 1
+            if self.faults["reconcile killed"]:
+                self._expire_locks()  # in case Redis was away when it was killed
             self.cutting = False
+            self._count_cuts()
+            self.result = "load stopped"
             self.log.append(self.summary())
 
-            problems = self.check(after_reconcile=False)
+            problems = self.check_faults() + self.check(after_reconcile=False)
             assert not problems, self._report("when the load stopped", problems)
             time.sleep(GRACE_SEC + 0.5)
             self._reconcile_in_parallel()
             final = reconcile.booking_reconcile(self.event_id)
             problems = self.check(after_reconcile=True)
             if not final.consistent:
-                problems.append(f"a further reconcile still found seats to heal: {final.lines()}")
+                problems.append(f"a further reconcile did not find everything consistent: {final.lines()}")
+            taken = self._sold(Reservation.Status.CONFIRMED, Reservation.Status.CANCELLED)
+            if taken < MIN_SOLD:
+                problems.append(f"only {taken} seats sold (kept, or cancelled since); {MIN_SOLD} at least")
             assert not problems, self._report("after reconcile", problems)
+            self.result = "passed"
         finally:
+            if self.result != "passed":
+                self.result = "FAILED"
+            self.sold = self._sold()
             self.cutting = False
             if getattr(self, "app", None) is not None and self.app.poll() is None:
                 os.killpg(self.app.pid, signal.SIGKILL)
                 self.app.wait()
-            self.pg_proxy.close()
-            self.redis_proxy.close()
+            for warm in self.warm:
+                warm.stop()
+            for proxy in self.proxies:
+                proxy.close()
+            if getattr(self, "app_log", None) is not None:
+                self.app_log.close()
+
+    def _start_commands(self, plan: list[tuple[float, str]], rng: random.Random) -> None:
+        """The management commands the plan runs, started now and ready to go."""
+        self.reconcilers: list[Warm] = []
+        for _ in range(2 * sum(1 for _, what in plan if what.startswith("reconcile"))):
+            # Each reconcile reaches Redis through a proxy of its own, which knows whom to kill.
+            proxy = self._proxy("redis")
+            process: list[Warm] = []
+            action = rng.choice([Action.CUT_BEFORE, Action.CUT_AFTER])
+            proxy.rule = self._reconcile_rule(process, rng.randint(1, 8), action)
+            process.append(self._warm("reconcile", self.event_id, redis_proxy=proxy))
+            self.reconcilers.append(process[0])
+        # recover_event and two spares for its retries (when a cut fails it).
+        spares = 3 if "flush" in self.flags else 0
+        self.recoverers = [self._warm("recover_event", self.event_id) for _ in range(spares)]
+        for warm in self.warm:
+            warm.ready()
+
+    def _count_cuts(self) -> None:
+        for proxy in self.proxies:
+            for m, action in proxy.cuts:
+                if any(m is killed for killed in self.kill_messages):
+                    continue  # counted as "reconcile killed"
+                when = "before" if action is Action.CUT_BEFORE else "after"
+                self.faults[f"{m.protocol} {self._step(m)} cut {when}"] += 1
 
     def _reconcile_in_parallel(self) -> None:
         barrier = threading.Barrier(4)
@@ -319,62 +618,65 @@ class Run:
             finally:
                 connections.close_all()
 
-        threads = [threading.Thread(target=one) for _ in range(4)]
+        threads = [CheckedThread(target=one, name=f"reconcile {n} after the load") for n in range(4)]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
 
-    # --- the invariants -----------------------------------------------------------------
+    # --- the checks ----------------------------------------------------------------------
+
+    def check_faults(self) -> list[str]:
+        """Every fault the scenario planned fired, as often as planned; with cuts, both
+        kinds of cut fired on both servers, the forced ones included."""
+        problems = []
+        for kind, n in sorted(self.planned.items()):
+            if self.faults[kind] != n:
+                problems.append(f"fault {kind!r} planned {n} times, fired {self.faults[kind]}")
+        if "cuts" in self.flags:
+            for protocol, step in sorted(FORCED):
+                for when in ("before", "after"):
+                    if not self.faults[f"{protocol} {step} cut {when}"]:
+                        problems.append(
+                            f"no {protocol} {step} was cut {when} it reached the server:"
+                            f" {self.eligible[(protocol, step)]} matched the cut rule (did its text change?)"
+                        )
+        return problems
+
+    def _sold(self, *statuses: str) -> int:
+        rows = Reservation.objects.filter(event_id=self.event_id, status__in=statuses or ["CONFIRMED"])
+        return rows.aggregate(n=Sum("seat_count"))["n"] or 0
 
     def check(self, *, after_reconcile: bool) -> list[str]:
         problems: list[str] = []
-        rows = Reservation.objects.filter(event_id=self.event_id)
-        status = {str(rid): s for rid, s in rows.values_list("reservation_id", "status")}
-        sold = rows.filter(status="CONFIRMED").aggregate(n=Sum("seat_count"))["n"] or 0
+        rows = {
+            str(rid): Row(str(token), seats, status)
+            for rid, token, seats, status in Reservation.objects.filter(event_id=self.event_id).values_list(
+                "reservation_id", "token", "seat_count", "status"
+            )
+        }
+        sold = sum(row.seats for row in rows.values() if row.status == "CONFIRMED")
         ledger = Event.objects.values_list("seats_sold", flat=True).get(event_id=self.event_id)
         if sold > self.seats:
             problems.append(f"OVERSOLD: {sold} confirmed seats of {self.seats}")
         if ledger != sold:
             problems.append(f"the seat ledger says {ledger}, the rows {sold}")
-        doubles = rows.filter(status="CONFIRMED").values("token").annotate(n=Count("id")).filter(n__gt=1)
+        confirmed = collections.Counter(row.token for row in rows.values() if row.status == "CONFIRMED")
+        doubles = [token for token, n in confirmed.items() if n > 1]
         if doubles:
-            problems.append(f"tokens with two confirmed reservations: {list(doubles)}")
-        for a in self.answers:
-            if (
-                a.what == "book"
-                and a.code == "CONFIRMED"
-                and status.get(a.reservation_id)
-                not in (
-                    "CONFIRMED",
-                    "CANCELLED",
-                )
-            ):
-                problems.append(f"answered CONFIRMED but the row is {status.get(a.reservation_id)}: {a}")
-            if a.code == "BOOKING_NOT_SAVED" and status.get(a.reservation_id) != "VOID":
-                problems.append(
-                    f"answered BOOKING_NOT_SAVED but the row is {status.get(a.reservation_id)}: {a}"
-                )
-            if after_reconcile and a.code == "BOOKING_PENDING" and a.reservation_id not in status:
-                # Postgres could not be asked, so the outbox in Redis was all that held
-                # it: only a Redis that lost its data as well may lose it, and then its
-                # token must not poll BOOKED for it.
-                mark = self.redis.client().get(r.EventKeys(self.event_id).booked(a.token))
-                if not self.redis_lost_data or (mark and mark.decode() == a.reservation_id):
-                    problems.append(f"a pending booking was never decided: {a} (mark {mark})")
+            problems.append(f"tokens with two confirmed reservations: {doubles}")
+        problems += self._check_rows(rows)
+        problems += self._check_answers(rows, after_reconcile=after_reconcile)
 
         k = r.EventKeys(self.event_id)
         client = self.redis.client()
         left = int(client.get(k.seats) or 0)
         entries = client.xrange(k.outbox)
-        durable = {rid for rid, s in status.items() if s in ("CONFIRMED", "CANCELLED")}
+        durable = {rid for rid, row in rows.items() if row.status in ("CONFIRMED", "CANCELLED")}
         pending = sum(int(f[b"seats"]) for _, f in entries if f[b"reservationId"].decode() not in durable)
         returned = {rid.decode() for rid in client.hkeys(k.returned)}
-        unreturned = (
-            rows.filter(status="CANCELLED")
-            .exclude(reservation_id__in=list(returned))
-            .aggregate(n=Sum("seat_count"))["n"]
-            or 0
+        unreturned = sum(
+            row.seats for rid, row in rows.items() if row.status == "CANCELLED" and rid not in returned
         )
         if after_reconcile or not self.redis_lost_data:
             if left + sold + pending + unreturned != self.seats:
@@ -387,34 +689,140 @@ class Run:
                 problems.append(f"{len(entries)} entries left in the outbox")
             if unreturned:
                 problems.append(f"{unreturned} cancelled seats never returned")
-            for rid, token in rows.filter(status="CONFIRMED").values_list("reservation_id", "token"):
-                mark = client.get(k.booked(str(token)))
-                if mark is None or mark.decode() != str(rid):
-                    problems.append(f"token {token} holds {rid} but its booking mark is {mark}")
+            for rid, row in rows.items():
+                mark = client.get(k.booked(row.token)) if row.status == "CONFIRMED" else None
+                if row.status == "CONFIRMED" and (mark is None or mark.decode() != rid):
+                    problems.append(f"token {row.token} holds {rid} but its booking mark is {mark}")
+        return problems
+
+    def _check_rows(self, rows: dict[str, Row]) -> list[str]:
+        """Every row is a buyer's, with the seats that buyer asked for; a cancelled one
+        was cancelled by its buyer; one that holds seats was either named to its buyer
+        (CONFIRMED, ALREADY_BOOKED, BOOKING_PENDING) or comes from a request whose answer
+        never came (NO_ANSWER, REDIS_UNAVAILABLE): nobody told "no" holds seats."""
+        problems = []
+        named = {(a.token, a.reservation_id) for a in self.answers if a.what == "book" and a.reservation_id}
+        unknown = {a.token for a in self.answers if a.what == "book" and a.code in UNKNOWN}
+        for rid, row in rows.items():
+            if row.token not in self.asked:
+                problems.append(f"row {rid} of a token no buyer had: {row}")
+                continue
+            if row.seats != self.asked[row.token]:
+                problems.append(f"row {rid} has {row.seats} seats, its buyer asked {self.asked[row.token]}")
+            if row.status == "CANCELLED" and (row.token, rid) not in self.cancels_asked:
+                problems.append(f"row {rid} is CANCELLED, but its buyer never asked to cancel it")
+            if row.status in ("CONFIRMED", "CANCELLED") and (row.token, rid) not in named:
+                if row.token not in unknown:
+                    problems.append(f"row {rid} is {row.status}, but its buyer was never told of it: {row}")
+        return problems
+
+    def _check_answers(self, rows: dict[str, Row], *, after_reconcile: bool) -> list[str]:
+        """Every answer against the row it implies (docs/reliability.md, invariant 6).
+        Before reconcile, a booking still in the outbox may have no row yet."""
+        problems = []
+        k = r.EventKeys(self.event_id)
+        client = self.redis.client()
+        lost_line = "flush" in self.flags  # a FLUSHALL took the line (LINE_LOST)
+        unknown: set[str] = set()  # tokens with a book answer so far whose outcome is unknown
+
+        def is_row(a: Answer, rid: str | None, *statuses: str) -> bool:
+            row = rows.get(rid or "")
+            return (
+                row is not None
+                and row.token == a.token
+                and row.seats == self.asked[a.token]
+                and row.status in statuses
+            )
+
+        def lost_with_redis(a: Answer) -> bool:
+            """A booking only Redis held (its request never reached Postgres, or reconcile
+            was to decide it), lost or refused because Redis lost its data, Postgres being
+            unreachable or the count too high; then its token must not poll BOOKED for it."""
+            row = rows.get(a.reservation_id or "")
+            if row is not None and (row.status != "VOID" or row.token != a.token):
+                return False
+            mark = client.get(k.booked(a.token))
+            return self.redis_lost_data and not (mark and mark.decode() == a.reservation_id)
+
+        for a in self.answers:
+            rid = a.reservation_id
+            row = rows.get(rid or "")
+            kept = ("CONFIRMED", "CANCELLED") if (a.token, rid) in self.cancels_asked else ("CONFIRMED",)
+            wrong = None
+            if a.what == "book":
+                if a.code == "CONFIRMED":
+                    if not is_row(a, rid, *kept) or a.seats != self.asked[a.token]:
+                        wrong = "its row is missing, another's, or not confirmed"
+                elif a.code in ("ALREADY_BOOKED", "BOOKING_PENDING"):
+                    # The token's confirmed row, or a booking of it that waited in the outbox
+                    # for reconcile (ALREADY_BOOKED: the retry of a request whose Redis step
+                    # applied; BOOKING_PENDING: Postgres could not be asked).
+                    if row is not None and (row.token != a.token or row.seats != self.asked[a.token]):
+                        wrong = "it names another token's row"
+                    elif after_reconcile and not is_row(a, rid, *kept) and not lost_with_redis(a):
+                        wrong = f"it names no confirmed row of it (mark {client.get(k.booked(a.token))})"
+                    elif not after_reconcile and row is not None and row.status == "CANCELLED":
+                        if "CANCELLED" not in kept:
+                            wrong = "its row was cancelled by nobody"
+                elif a.code in ("SOLD_OUT", "INSUFFICIENT_SEATS"):
+                    # That request wrote nothing, or a VOID row. A row that holds seats can
+                    # only come from an earlier request whose answer never came, and only
+                    # when Redis lost the mark: a token with a mark is answered ALREADY_BOOKED.
+                    held = [x for x, row in rows.items() if row.token == a.token and row.status != "VOID"]
+                    if held and not (a.token in unknown and self.redis_lost_data):
+                        wrong = f"the token holds {held}"
+                elif a.code == "BOOKING_NOT_SAVED":
+                    if not is_row(a, rid, "VOID"):
+                        wrong = "its id is not a VOID row of this token"
+                elif a.code in LINE_LOST and lost_line:
+                    pass
+                elif a.code not in UNKNOWN:
+                    wrong = "not an answer this run can give"
+                if a.code in UNKNOWN:
+                    unknown.add(a.token)
+            elif a.code in ("CANCELLED", "ALREADY_CANCELLED"):
+                if rid != a.asked_id or not is_row(a, rid, "CANCELLED"):
+                    wrong = "its id is not a CANCELLED row of this token"
+                elif a.code == "CANCELLED" and a.seats != self.asked[a.token]:
+                    wrong = "it names other seats"
+            elif a.code not in ("DATABASE_UNAVAILABLE", "NO_ANSWER"):
+                wrong = "not an answer this run can give"
+            if wrong:
+                problems.append(f"answered {a.what} {a.code} but {wrong}: {a}, row {row}")
         return problems
 
     def summary(self) -> str:
-        codes = collections.Counter(f"{a.what} {a.code}" for a in self.answers)
-        sold = (
-            Reservation.objects.filter(event_id=self.event_id, status="CONFIRMED").aggregate(
-                n=Sum("seat_count")
-            )["n"]
-            or 0
-        )
+        """One line: seed, scenario, result, seats sold, answers, the faults that fired,
+        and the plan's times (seconds into the sale)."""
+        codes = dict(sorted(collections.Counter(f"{a.what} {a.code}" for a in self.answers).items()))
+        faults = {kind: n for kind, n in sorted(self.faults.items()) if "exit" not in kind}
+        exits = {kind: n for kind, n in sorted(self.faults.items()) if "exit" in kind}
+        plan = ", ".join(f"{what} {at:.1f}" for at, what in self.plan if what != "reconcile")
+        self.sold = self._sold()
         return (
-            f"chaos seed={self.seed} scenario={self.scenario}: {self.buyers} buyers, {self.seats} seats,"
-            f" {sold} sold; answers {dict(sorted(codes.items()))}; faults {dict(sorted(self.faults.items()))}"
+            f"chaos seed={self.seed} scenario={self.scenario}: {self.result}; {self.buyers} buyers,"
+            f" {self.seats} seats, {self.sold} sold; answers {codes}"
+            + (f"; {self.joined_again} joined the line again" if self.joined_again else "")
+            + f"; faults {faults}"
+            + (f"; {exits}" if exits else "")
+            + (f"; plan {plan}" if plan else "")
         )
 
     def _report(self, when: str, problems: list[str]) -> str:
-        head = f"seed {self.seed}, scenario {self.scenario}: invariants broken {when}"
-        return "\n".join([head, *self.log, *problems[:30]])
+        head = f"seed {self.seed}, scenario {self.scenario}: checks failed {when}"
+        log = (self.workdir / "gunicorn.log").read_text(errors="replace").splitlines()[-15:]
+        return "\n".join([head, *self.log, *problems[:30], "the app server's log ends:", *log])
 
 
-def run_once(seed: int, scenario: str, workdir: Path) -> str:
-    """Run one seed; raises AssertionError naming the seed when an invariant breaks."""
+def run_once(seed: int, scenario: str, workdir: Path, runs: list[Run] | None = None) -> str:
+    """Run one seed; raises AssertionError naming the seed when a check fails. `runs`
+    collects the run, passed or not, for a soak's totals."""
     print(f"chaos: seed {seed}, scenario {scenario}", flush=True)
     run = Run(seed, scenario, workdir)
-    run.execute()
-    connection.close()
-    return run.log[-1]
+    if runs is not None:
+        runs.append(run)
+    try:
+        run.execute()
+        return run.summary()
+    finally:
+        connection.close()

@@ -12,7 +12,7 @@ import pytest
 import redis as redis_lib
 import requests
 from django.conf import settings
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connections
 from django.test import override_settings
 
@@ -21,6 +21,7 @@ from booking_app.models import Reservation
 from booking_app.selectors import seats_sold
 from booking_app.services import Booking, reserve_call
 from booking_app.tests.conftest import book, database_url_of_tests, seats_left
+from conftest import CheckedThread
 from queue_app import tokens
 from queue_app.models import Event
 from ticketing import redis as r
@@ -62,14 +63,18 @@ def test_redis_back_from_an_older_snapshot_never_oversells(
     assert {b["error"]["code"] for s, b in results if s != 200} == {"SOLD_OUT"}
     assert seats_sold(event.event_id) == ledger(event.event_id) == 10
 
-    # Each refusal kept the seats it had taken in Redis, so its count came down too.
+    # Each refusal kept the seats it had taken in Redis, so its count came down too:
+    # reconcile has no seats to heal, only the marks of the two bookings the snapshot missed.
     assert_sold_out_exactly(event)
+    report = reconcile.booking_reconcile(event.event_id)
+    assert (report.verdict, report.healed_from, report.marks_restored) == ("HEALED", None, 2)
     assert reconcile.booking_reconcile(event.event_id).consistent
 
     redis_server.crash()
     redis_server.restart(snapshot)  # once more, and now reconcile comes first
     report = reconcile.booking_reconcile(event.event_id)
-    assert (report.healed_from, report.seats_left) == (6, 0)
+    # The snapshot has the marks of the first two bookings only: four are restored.
+    assert (report.healed_from, report.seats_left, report.marks_restored) == (6, 0, 4)
     assert_sold_out_exactly(event)
     assert reconcile.booking_reconcile(event.event_id).consistent
 
@@ -79,12 +84,16 @@ def test_reconcile_heals_a_count_postgres_contradicts(postgres, make_event, acti
     event = make_event(total_seats=10)
     book(api, active_tokens(event, 1)[0], event.event_id, 1)
     r.client().incrby(r.EventKeys(event.event_id).seats, 5)  # Redis lost a decrement
-    call_command("reconcile", event.event_id)
-    out = capsys.readouterr().out
-    assert "HEALED (Redis said 14 left" in out
+    sums = f"{event.event_id}: 9 left + 1 sold + 0 pending + 0 being returned = 10 seats"
+    with pytest.raises(CommandError) as healed:
+        call_command("reconcile", event.event_id)
+    assert healed.value.returncode == 2  # the exit status says it had to heal
+    assert capsys.readouterr().out.splitlines() == [
+        f"{sums}: HEALED: Redis said 14 left; Postgres' count now applies"
+    ]
     assert seats_left(event.event_id) == 9
-    call_command("reconcile", event.event_id)
-    assert "9 left + 1 sold + 0 pending + 0 being returned = 10 seats: consistent" in capsys.readouterr().out
+    call_command("reconcile", event.event_id)  # exit status 0
+    assert capsys.readouterr().out.splitlines() == [f"{sums}: consistent"]
 
 
 # --- FLUSHALL (or init_event --reset) after a cancellation Redis never saw -----------
@@ -268,6 +277,9 @@ def test_a_redis_that_refuses_writes_is_a_503(
         busy.start()
         time.sleep(0.3)
     try:
+        refusal = {"READONLY": "read only replica", "OOM": "maxmemory", "BUSY": "BUSY"}[trouble]
+        with pytest.raises(redis_lib.ResponseError, match=refusal):  # the trouble is real
+            redis_server.client().set(f"probe-{event.event_id}", 1)
         _assert_503(_post(app_on_private_redis, "/api/queue/join", {"eventId": event.event_id}))
     finally:
         if trouble == "READONLY":
@@ -328,16 +340,32 @@ def redis_proxy(redis_server):
         yield proxy
 
 
-def once(wanted: Callable[[Message], bool], action: Action) -> Callable[[Message], Action]:
-    """A rule that acts on the first message `wanted` picks, then lets all pass."""
-    fired = threading.Lock()
+class once:  # noqa: N801 - used as a rule, like a function: `proxy.rule = once(...)`
+    """A rule that acts on the first message `wanted` picks, then lets all pass.
 
-    def rule(message: Message) -> Action:
-        if wanted(message) and fired.acquire(blocking=False):
-            return action
-        return Action.PASS
+    `fired` counts the messages it acted on (0 or 1), and `message` is that one: a test
+    asserts its fault fired, or a rule that stopped matching (the SQL changed, a script
+    was renamed) would leave it passing on the normal path."""
 
-    return rule
+    def __init__(self, wanted: Callable[[Message], bool], action: Action) -> None:
+        self.wanted, self.action = wanted, action
+        self.fired = 0
+        self.message: Message | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, message: Message) -> Action:
+        if not self.wanted(message):
+            return Action.PASS
+        with self._lock:
+            if self.fired:
+                return Action.PASS
+            self.fired, self.message = 1, message
+        return self.action
+
+    def assert_fired_on(self, proxy: FaultProxy) -> None:
+        """It picked one message, and the proxy cut the connection there."""
+        assert self.fired == 1, "the fault never fired: no message matched its rule"
+        assert proxy.cuts == [(self.message, self.action)], proxy.cuts
 
 
 def commits_a_booking(m: Message) -> bool:
@@ -359,8 +387,9 @@ def test_a_commit_whose_acknowledgement_was_lost_is_confirmed_not_undone(
     event = make_event(total_seats=4)
     first, second = active_tokens(event, 2)
     base, _ = gunicorn({"DATABASE_URL": pg_proxy.postgres_url(settings.DATABASES["default"]["NAME"])})
-    pg_proxy.rule = once(commits_a_booking, Action.CUT_AFTER)  # Postgres commits; the app hears nothing
+    cut = pg_proxy.rule = once(commits_a_booking, Action.CUT_AFTER)  # Postgres commits; the app hears nothing
     resp = _post(base, "/api/booking", {"token": first, "seatCount": 4, "eventId": event.event_id})
+    cut.assert_fired_on(pg_proxy)
     assert resp.status_code == 200, resp.text
     rid = resp.json()["data"]["reservationId"]
     assert Reservation.objects.get(reservation_id=rid).status == "CONFIRMED"
@@ -379,9 +408,11 @@ def test_a_commit_that_never_reached_postgres_is_decided_on_a_fresh_connection(
     event = make_event(total_seats=4)
     token = active_tokens(event, 1)[0]
     base, _ = gunicorn({"DATABASE_URL": pg_proxy.postgres_url(settings.DATABASES["default"]["NAME"])})
-    pg_proxy.rule = once(commits_a_booking, Action.CUT_BEFORE)  # it never reaches Postgres
+    cut = pg_proxy.rule = once(commits_a_booking, Action.CUT_BEFORE)  # it never reaches Postgres
     resp = _post(base, "/api/booking", {"token": token, "seatCount": 3, "eventId": event.event_id})
+    cut.assert_fired_on(pg_proxy)
     assert resp.status_code == 200, resp.text  # written again on the fresh connection
+    assert pg_proxy.seen[("postgres", "startup")] >= 2
     rid = resp.json()["data"]["reservationId"]
     assert Reservation.objects.get(reservation_id=rid).status == "CONFIRMED"
     assert seats_sold(event.event_id) == ledger(event.event_id) == 3
@@ -397,8 +428,11 @@ def test_a_redis_error_after_the_commit_still_answers_confirmed(
     token = active_tokens(event, 1)[0]
     base, _ = gunicorn({"DATABASE_URL": database_url_of_tests(), "REDIS_URL": redis_proxy.redis_url()})
     # The step after the commit (taking the entry out of the outbox) meets a dead connection.
-    redis_proxy.rule = once(lambda m: runs_script("outbox_done")(m) or m.kind == "XDEL", Action.CUT_BEFORE)
+    cut = redis_proxy.rule = once(
+        lambda m: runs_script("outbox_done")(m) or m.kind == "XDEL", Action.CUT_BEFORE
+    )
     resp = _post(base, "/api/booking", {"token": token, "seatCount": 2, "eventId": event.event_id})
+    cut.assert_fired_on(redis_proxy)
     assert resp.status_code == 200, resp.text
     rid = resp.json()["data"]["reservationId"]
     k = r.EventKeys(event.event_id)
@@ -426,9 +460,10 @@ def test_a_redis_error_inside_a_give_back_never_gives_twice(
     assert seats_left(event.event_id) == 5
 
     through_proxy = {"default": {**settings.CACHES["default"], "LOCATION": redis_proxy.redis_url()}}
-    redis_proxy.rule = once(lambda m: runs_script("release")(m) or m.kind == "INCRBY", cut)
+    rule = redis_proxy.rule = once(lambda m: runs_script("release")(m) or m.kind == "INCRBY", cut)
     with override_settings(CACHES=through_proxy), pytest.raises(redis_lib.ConnectionError):
         reconcile.booking_reconcile(event.event_id)
+    rule.assert_fired_on(redis_proxy)
     reconcile.booking_reconcile(event.event_id)  # the next run, on a healthy connection
     reconcile.booking_reconcile(event.event_id)
     assert seats_left(event.event_id) == 8
@@ -483,12 +518,14 @@ def test_recounts_during_a_rush_are_exact(postgres, gunicorn, make_event, active
             rid = resp.json()["data"]["reservationId"]
             requests.delete(f"{base}/api/booking/{rid}", params={"token": token}, timeout=30)
 
-    loop = threading.Thread(target=recount_loop)
+    loop = CheckedThread(target=recount_loop, name="recounts")
     loop.start()
-    with ThreadPoolExecutor(32) as pool:
-        list(pool.map(buyer, tokens))
-    done.set()
-    loop.join()
+    try:
+        with ThreadPoolExecutor(32) as pool:
+            list(pool.map(buyer, tokens))
+    finally:
+        done.set()
+        loop.join()  # a recount that raised fails the test here, with its error
     assert len(reports) >= 5
     assert [rep.healed_from for rep in reports if rep.recounted and rep.healed_from is not None] == []
     final = reconcile.booking_reconcile(event.event_id)

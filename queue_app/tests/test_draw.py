@@ -15,6 +15,7 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
+from conftest import CheckedThread
 from queue_app import draw, services
 from queue_app.models import Draw, Event
 from ticketing import redis as r
@@ -175,17 +176,23 @@ def test_joins_racing_the_start_are_each_drawn_or_behind_never_both(scheduled, l
             with lock:
                 answers.append(body["data"])
 
-    threads = [threading.Thread(target=joiner) for _ in range(6)]
+    threads = [CheckedThread(target=joiner, name=f"joiner {i}") for i in range(6)]
     for t in threads:
         t.start()
-    while len(answers) < 60:
-        pass
-    start_now(event)
-    while sum(1 for a in answers if a["receipt"] is None) < 60:
-        pass
-    stop.set()
-    for t in threads:
-        t.join()
+
+    def joining() -> bool:  # a joiner that failed stops; the waits below must too
+        return all(t.is_alive() for t in threads)
+
+    try:
+        while len(answers) < 60 and joining():
+            pass
+        start_now(event)
+        while sum(1 for a in answers if a["receipt"] is None) < 60 and joining():
+            pass
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()  # a refused join fails the test here, with its answer
     assert draw.run(event.event_id).outcome == "DONE"
     drawn = [a for a in answers if a["receipt"]]
     later = [a for a in answers if not a["receipt"]]

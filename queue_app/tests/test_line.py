@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from booking_app import services as booking
-from conftest import line_token
+from conftest import CheckedThread, line_token
 from queue_app import line, services
 from ticketing import redis as r
 
@@ -51,7 +51,7 @@ def test_a_rank_shown_is_never_more_than_one_refresh_behind(make_event, refreshi
                     seen = len(shown)
                     polled.wait_for(lambda seen=seen: len(shown) > seen, timeout=60)
         finally:
-            done.set()
+            done.set()  # the pollers stop even if a leave failed
 
     def poller() -> None:
         while not done.is_set():
@@ -61,7 +61,7 @@ def test_a_rank_shown_is_never_more_than_one_refresh_behind(make_event, refreshi
                 shown.append((asked, time.monotonic(), rank))
                 polled.notify_all()
 
-    threads = [threading.Thread(target=leavers), *(threading.Thread(target=poller) for _ in range(3))]
+    threads = [CheckedThread(target=leavers), *(CheckedThread(target=poller) for _ in range(3))]
     for t in threads:
         t.start()
     for t in threads:
@@ -91,18 +91,20 @@ def test_nobody_is_shown_admitted_or_may_book_before_the_tick_admitted_them(make
     done = threading.Event()
 
     def beat() -> None:
-        for _ in range(3):
-            _, micros = r.client().time()
-            time.sleep(1 - micros / 1e6 + 0.01)  # the next second of Redis' clock
-            began = time.monotonic()
-            services.event_admit(event.event_id)
-            ticks.append((began, int(r.client().get(r.event_keys(event.event_id).popped))))
-        # Until everyone admitted has seen it and the admitted bookers booked (a
-        # poller or booker not let in by then fails the assertions below).
-        deadline = time.monotonic() + 60
-        while (len(active_at) < 15 or len(booked_at) < 3) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        done.set()
+        try:
+            for _ in range(3):
+                _, micros = r.client().time()
+                time.sleep(1 - micros / 1e6 + 0.01)  # the next second of Redis' clock
+                began = time.monotonic()
+                services.event_admit(event.event_id)
+                ticks.append((began, int(r.client().get(r.event_keys(event.event_id).popped))))
+            # Until everyone admitted has seen it and the admitted bookers booked (a
+            # poller or booker not let in by then fails the assertions below).
+            deadline = time.monotonic() + 60
+            while (len(active_at) < 15 or len(booked_at) < 3) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            done.set()  # the others stop even if a tick failed
 
     def poller(number: int) -> None:
         async def polls() -> None:
@@ -126,14 +128,14 @@ def test_nobody_is_shown_admitted_or_may_book_before_the_tick_admitted_them(make
                 time.sleep(0.02)
 
     threads = [
-        threading.Thread(target=beat),
-        *(threading.Thread(target=poller, args=(n,)) for n in range(1, 16)),
-        *(threading.Thread(target=booker, args=(n,)) for n in (1, 6, 11, 16)),
+        CheckedThread(target=beat, name="beat"),
+        *(CheckedThread(target=poller, args=(n,), name=f"poller {n}") for n in range(1, 16)),
+        *(CheckedThread(target=booker, args=(n,), name=f"booker {n}") for n in (1, 6, 11, 16)),
     ]
     for t in threads:
         t.start()
     for t in threads:
-        t.join()
+        t.join()  # a booker refused for anything but NOT_ACTIVE fails the test here
 
     def admitted_from(number: int) -> float:
         return next(began for began, upto in ticks if upto >= number)

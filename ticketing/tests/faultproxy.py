@@ -189,6 +189,9 @@ class FaultProxy:
         self.rule: Callable[[Message], Action] = pass_all
         self.refusing = False
         self.seen: collections.Counter[tuple[str, str]] = collections.Counter()
+        # Every cut this proxy made, in order: (the message the rule picked, its action),
+        # recorded when the connection is cut, so a test can tell its fault really fired.
+        self.cuts: list[tuple[Message, Action]] = []
         self.port = 0
         self._lock = threading.Lock()
         self._conns: set[_Conn] = set()
@@ -298,6 +301,7 @@ class FaultProxy:
     def _forward(self, conn: _Conn) -> None:
         framer = _PostgresFramer() if self.protocol == "postgres" else _RedisFramer()
         until_sync = False  # a CUT_AFTER on an extended-protocol message waits for its Sync
+        picked: Message | None = None  # the message whose CUT_AFTER waits for that Sync
         while True:
             data = conn.client.recv(65536)
             if not data:
@@ -311,7 +315,7 @@ class FaultProxy:
                     self.seen[(message.protocol, message.kind)] += 1
                 action = Action.CUT_AFTER if until_sync else self._decide(message)
                 if action is Action.CUT_BEFORE:
-                    cut = action
+                    cut = (message, action)
                     break
                 out += raw
                 if action is Action.CUT_AFTER:
@@ -320,14 +324,16 @@ class FaultProxy:
                     # that "after" still means the server executed the statement. The rule is
                     # not asked about the messages in between.
                     if message.protocol == "postgres" and message.kind in _EXTENDED:
-                        until_sync = True
+                        until_sync, picked = True, picked or message
                         continue
-                    cut = action
+                    cut = (picked or message, action)
                     break
             if cut is not None:
                 conn.muted = True  # set before forwarding: every answer from here on is lost
             conn.server.sendall(out)
             if cut is not None:
+                with self._lock:
+                    self.cuts.append(cut)
                 return self._hang_up(conn, mute=True)
 
     def _hang_up(self, conn: _Conn, mute: bool) -> None:

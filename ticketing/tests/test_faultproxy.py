@@ -80,6 +80,7 @@ def test_postgres_cut_at_commit(pg, action, committed):
         with pytest.raises(psycopg.OperationalError):
             conn.commit()
         assert conn.broken
+    assert [(m.text, a) for m, a in pg.proxy.cuts] == [("COMMIT", action)]
     assert pg.rows() == committed
     assert pg.proxy.seen[("postgres", "Q")] >= 3  # BEGIN, INSERT, COMMIT
 
@@ -92,6 +93,7 @@ def test_postgres_extended_protocol_cut_after_waits_for_sync(pg, action, committ
     with pg.connect(autocommit=True) as conn:
         with pytest.raises(psycopg.OperationalError):
             conn.execute(f"INSERT INTO {pg.table} VALUES (%s)", [7])
+    assert [(m.kind, a) for m, a in pg.proxy.cuts] == [("P", action)]
     assert pg.rows() == committed
     assert pg.proxy.seen[("postgres", "S")] == (1 if action is Action.CUT_AFTER else 0)
 
@@ -104,6 +106,7 @@ def test_postgres_client_sees_the_cut_only_once_the_server_has_applied_the_state
         with pytest.raises(psycopg.OperationalError):
             conn.execute(slow)
     assert time.monotonic() - started >= 0.5
+    assert [(m.text, a) for m, a in pg.proxy.cuts] == [(slow, Action.CUT_AFTER)]
     assert pg.rows() == [9]
 
 
@@ -138,6 +141,7 @@ def test_django_commit_is_a_simple_query_and_a_cut_after_it_loses_the_acknowledg
     )
     assert out.stdout.strip().splitlines()[-1:] == ["django.db.utils.OperationalError"], out.stderr
     assert len(commits) == 1
+    assert pg.proxy.cuts == [(commits[0], Action.CUT_AFTER)]
     assert pg.rows() == [3]
     # The broken connection is replaced at once: a second startup at least (the pool
     # may open more).
@@ -194,6 +198,7 @@ def test_redis_cut_at_set(proxy, direct, keys, action, applied):
     assert client.ping()
     with pytest.raises(redis.ConnectionError):
         client.set(key, "v")
+    assert [(m.kind, m.args[0], a) for m, a in proxy.cuts] == [("SET", key.encode(), action)]
     assert direct.get(key) == (b"v" if applied else None)
     assert proxy.seen[("redis", "SET")] == 1
 
@@ -207,6 +212,7 @@ def test_redis_pipeline_cut_at_the_third_command(proxy, direct, keys, action, ap
         pipe.set(key, "v")
     with pytest.raises(redis.ConnectionError):
         pipe.execute()
+    assert [(m.kind, m.args[0], a) for m, a in proxy.cuts] == [("SET", third, action)]
     assert [direct.get(key) for key in keys] == [b"v"] * applied + [None] * (len(keys) - applied)
 
 
@@ -249,6 +255,7 @@ def test_a_failing_rule_passes_the_message(proxy, caplog):
     proxy.rule = lambda m: 1 / 0
     assert through(proxy).ping()
     assert "the rule failed" in caplog.text
+    assert proxy.cuts == []
 
 
 def test_many_connections_and_no_thread_left_after_close(proxy, direct, keys):

@@ -8,7 +8,9 @@ class Command(BaseCommand):
     help = (
         "After Redis lost its data: rebuild the event's state from Postgres (settings, "
         "booking marks, seats left counted from Postgres), so nothing is oversold. People "
-        "in line rejoin at the back."
+        "in line rejoin at the back. Prints reconcile's verdict (HEALED, as a rebuild "
+        "after a loss usually restores booking marks, or consistent); exits 0 once rebuilt "
+        "and recounted, 1 when it could not recount."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -20,4 +22,4 @@ class Command(BaseCommand):
         report = reconcile.event_recover(opts["event_id"])
         self.stdout.write("\n".join(report.lines()))
         if not report.recounted:
-            raise CommandError("seats were not recounted; run it again")
+            raise CommandError(f"{report.verdict}: seats were not recounted; run it again")
