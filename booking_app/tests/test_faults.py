@@ -570,8 +570,8 @@ def test_the_periodic_reconcile_rebuilds_an_open_event_redis_lost(
 
 
 def test_the_database_keeps_the_seat_ledger_and_refuses_an_oversale(make_event, active_tokens, api):
-    """On every database (Postgres, and SQLite for `make run`): the trigger moves the
-    ledger with each reservation, and the CHECK refuses a row Postgres has no room for."""
+    """The trigger moves the ledger with each reservation, and the CHECK refuses a row
+    Postgres has no room for."""
     event = make_event(total_seats=3)
     token = active_tokens(event, 1)[0]
     rid = book(api, token, event.event_id, 2)[1]["data"]["reservationId"]
