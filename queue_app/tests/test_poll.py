@@ -144,6 +144,17 @@ def _commands_received(redis_url: str, action) -> list[dict]:
     return [c for c in seen if c.get("client_type") != "lua" and c["command"] != "PING" and c.get("db") == db]
 
 
+def _polls_commands(redis_url: str, action) -> list[str]:
+    """The commands `action`'s polls send, by name. Each process also adds its requests'
+    latencies to the metrics once a second, and a connection that opens meanwhile says
+    HELLO: neither is a poll's."""
+    return [
+        c["command"].split()[0].upper()
+        for c in _commands_received(redis_url, action)
+        if metrics.SHARED_KEY not in c["command"] and not c["command"].startswith("HELLO")
+    ]
+
+
 def test_polls_of_waiting_people_send_redis_nothing(
     api, event, redis_url, settings, django_assert_num_queries
 ):
@@ -162,20 +173,14 @@ def test_polls_of_waiting_people_send_redis_nothing(
                 status, body = api.poll(waiting[i % 5], event.event_id)
                 assert (status, body["data"]["rank"]) == (200, i % 5 + 1)
 
-    # (Each process also adds its requests' latencies to the metrics once a second, and
-    # a connection that opens meanwhile says HELLO: neither is a poll's.)
-    sent = [
-        c
-        for c in _commands_received(redis_url, polls)
-        if metrics.SHARED_KEY not in c["command"] and not c["command"].startswith("HELLO")
-    ]
-    assert sent == [], [c["command"] for c in sent]
+    sent = _polls_commands(redis_url, polls)
+    assert sent == [], sent
     line.forget()
-    commands = _commands_received(redis_url, lambda: api.poll(waiting[0], event.event_id))
-    assert [c["command"].split()[0].upper() for c in commands] == ["EVALSHA"], commands  # the refresh
+    commands = _polls_commands(redis_url, lambda: api.poll(waiting[0], event.event_id))
+    assert commands == ["EVALSHA"], commands  # the refresh
 
     admit(event.event_id)
     line.forget()  # (or wait for the refresh)
     api.poll(waiting[0], event.event_id)
-    commands = _commands_received(redis_url, lambda: api.poll(waiting[0], event.event_id))
-    assert [c["command"].split()[0].upper() for c in commands] == ["EVALSHA"], commands  # lua/poll.lua
+    commands = _polls_commands(redis_url, lambda: api.poll(waiting[0], event.event_id))
+    assert commands == ["EVALSHA"], commands  # lua/poll.lua
