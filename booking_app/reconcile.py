@@ -226,7 +226,7 @@ def _recount(k: r.EventKeys, report: Report) -> bool:
             ]
         reply = r.run(
             "seats_heal",
-            [k.seats, k.outbox, k.recount],
+            [k.seats, k.outbox, k.recount, k.meta],
             [recount.local.token, total - sold - unreturned, *durable],
         )
     except (DatabaseError, *REDIS_ERRORS) as exc:
@@ -237,6 +237,9 @@ def _recount(k: r.EventKeys, report: Report) -> bool:
             recount.release()
         except (LockError, *REDIS_ERRORS):
             pass
+    if reply == [b"GONE"]:
+        log.info("%s: purged while recounting; nothing to recount", k.event_id)
+        return False
     if reply == [b"LOST"]:
         log.error("%s: seat recount took too long; not applied", k.event_id)
         return False
@@ -294,7 +297,7 @@ def restore_marks(event_id: str, batch: int = 1000) -> int:
             if mark is None or mark.decode() != str(rid):
                 restored += r.run(
                     "mark_restore",
-                    [k.booked(str(token)), k.returned],
+                    [k.booked(str(token)), k.returned, k.meta],
                     [str(rid)],
                 )
     return restored

@@ -13,6 +13,7 @@ import logging
 from datetime import timedelta
 
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
 from booking_app.reconcile import booking_reconcile
@@ -32,19 +33,31 @@ def event_purge(event_id: str) -> int:
 
     Refused for an event that is not CLOSED (its line would be thrown away) and while
     a booking in the outbox is undecided (Postgres away, or another reconcile busy).
+
+    The wipe holds the event's row locked: a reopen (any change of the row: the
+    admin, `event_status`) waits for it and then publishes the event afresh, and a
+    reopen that came first makes the purge refuse. Neither can wipe the other's work.
     """
-    event = Event.objects.filter(event_id=event_id).first()
-    if event is None or event.status != Event.Status.CLOSED:
-        raise PurgeRefused(f"{event_id}: only a CLOSED event's Redis data can be purged.")
+    _closed(event_id)
     k = r.EventKeys(event_id)
     report = booking_reconcile(event_id)
     if report.busy or r.client().xlen(k.outbox):
         raise PurgeRefused(f"{event_id}: bookings in the outbox are not decided yet; try again later.")
-    # Out of the tick's and reconcile's sight first, so neither recreates a key.
-    r.client().srem(r.EVENTS_KEY, event_id)
-    deleted = queue.event_wipe(event_id)
+    with transaction.atomic():
+        event = _closed(event_id, lock=True)
+        # Out of the tick's and reconcile's sight first, so neither recreates a key.
+        r.client().srem(r.EVENTS_KEY, event_id)
+        deleted = queue.event_wipe(event_id)
     log.info("purged %s from Redis: %d keys (closed %s)", event_id, deleted, event.closed_at)
     return deleted
+
+
+def _closed(event_id: str, *, lock: bool = False) -> Event:
+    rows = Event.objects.select_for_update() if lock else Event.objects
+    event = rows.filter(event_id=event_id).first()
+    if event is None or event.status != Event.Status.CLOSED:
+        raise PurgeRefused(f"{event_id}: only a CLOSED event's Redis data can be purged.")
+    return event
 
 
 def events_purge() -> dict[str, int]:

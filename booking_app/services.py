@@ -377,13 +377,17 @@ def booking_cancel(*, reservation_id: uuid.UUID, token: str | None = None) -> Re
 
 def return_seats(reservation: Reservation, *, wait: bool = True) -> bool:
     """Put a cancellation's seats back on sale (exactly once, see lua/cancel.lua).
-    False when left to reconcile: Redis failed, or a recount held it back."""
+    False when left to reconcile: Redis failed, a recount held it back, or Redis holds
+    no live state of the event (a purged event's are returned if it is reopened)."""
     try:
         for _ in range(_RECOUNT_RETRIES if wait else 1):
-            if give_back_cancelled(reservation) != -2:
+            given = give_back_cancelled(reservation)
+            if given != -2:
                 break
             time.sleep(_RECOUNT_WAIT_SEC)
         else:
+            return False
+        if given == -3:
             return False
     except REDIS_ERRORS as exc:
         log.error("seats of cancelled %s not returned yet: %s", reservation.reservation_id, exc)
@@ -393,10 +397,11 @@ def return_seats(reservation: Reservation, *, wait: bool = True) -> bool:
 
 
 def give_back_cancelled(reservation: Reservation) -> int:
-    """One try of lua/cancel.lua: seats left, -1 if returned before, -2 during a recount."""
+    """One try of lua/cancel.lua: seats left, -1 if returned before, -2 during a
+    recount, -3 when Redis holds no live state of the event."""
     k = r.EventKeys(reservation.event_id)
     return r.run(
         "cancel",
-        [k.seats, k.booked(str(reservation.token)), k.returned, k.recount],
+        [k.seats, k.booked(str(reservation.token)), k.returned, k.recount, k.meta],
         [str(reservation.reservation_id), reservation.seat_count],
     )

@@ -9,11 +9,16 @@
 -- KEYS[2] booked    STRING  the token's booking mark (a reservation id)
 -- KEYS[3] returned  HASH    reservation id -> seats, for every cancellation returned
 -- KEYS[4] recount   STRING  set while reconcile recounts seats left
+-- KEYS[5] meta      HASH    the event's record (its existence is checked)
 -- ARGV[1] reservation id
 -- ARGV[2] seats
 --
--- Returns seats left, -1 when the seats had already been returned, or -2 while a
--- recount runs (nothing changed).
+-- Returns seats left, -1 when the seats had already been returned, -2 while a
+-- recount runs, or -3 when Redis holds no live state of the event (purged, or lost):
+-- nothing changed then, and nothing may be written, or a later reopen would find
+-- seats left that Postgres does not count (reconcile returns them once the event
+-- is live again).
+if redis.call('HLEN', KEYS[5]) == 0 then return -3 end
 if redis.call('GET', KEYS[4]) then return -2 end
 if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then return -1 end
 if not tonumber(redis.call('GET', KEYS[1]) or 0) then

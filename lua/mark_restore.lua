@@ -6,9 +6,12 @@
 --
 -- KEYS[1] booked    STRING  the token's booking mark
 -- KEYS[2] returned  HASH    reservation id -> seats, for every cancellation returned
+-- KEYS[3] meta      HASH    the event's record (its existence is checked)
 -- ARGV[1] reservation id
 --
--- Returns 1 when restored, 0 when it was cancelled meanwhile.
+-- Returns 1 when restored, 0 when it was cancelled meanwhile or Redis holds no live
+-- state of the event (purged meanwhile).
+if redis.call('HLEN', KEYS[3]) == 0 then return 0 end
 if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 0 end
 redis.call('GET', KEYS[1])
 redis.call('SET', KEYS[1], ARGV[1])

@@ -16,12 +16,15 @@
 -- KEYS[1] seats    STRING  seats left
 -- KEYS[2] outbox   STREAM  bookings not yet decided in Postgres
 -- KEYS[3] recount  STRING  the caller's recount mark
+-- KEYS[4] meta     HASH    the event's record (its existence is checked)
 -- ARGV[1] the caller's recount mark value
 -- ARGV[2] seats free according to Postgres (see above)
 -- ARGV[3..] reservation ids of outbox entries that Postgres had confirmed or cancelled
 --
 -- Returns {seats left before (false when missing), seats left now, pending seats},
--- or {'LOST'} when the mark was no longer the caller's (nothing changed).
+-- or {'LOST'} when the mark was no longer the caller's, or {'GONE'} when Redis holds
+-- no live state of the event (purged meanwhile): nothing changed.
+if redis.call('HLEN', KEYS[4]) == 0 then return {'GONE'} end
 if redis.call('GET', KEYS[3]) ~= ARGV[1] then return {'LOST'} end
 local durable = {}
 for i = 3, #ARGV do durable[ARGV[i]] = true end

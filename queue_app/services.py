@@ -556,8 +556,12 @@ def line_started(event_id: str) -> bool:
 
 
 def event_wipe(event_id: str) -> int:
-    """Delete every Redis key of the event (its line, counters, marks). Returns how many."""
-    return r.delete_matching(r.EventKeys(event_id).pattern())
+    """Delete every Redis key of the event (its line, counters, marks). Returns how many.
+
+    The record (meta) goes first, in one command: every script that writes checks it,
+    so nothing running meanwhile writes back a key the wipe has passed."""
+    k = r.EventKeys(event_id)
+    return r.client().unlink(k.meta) + r.delete_matching(k.pattern())
 
 
 def event_live_numbers(event_id: str) -> dict:

@@ -1,18 +1,24 @@
 """Retention: a closed event's Redis data goes after its grace period (or by hand);
 what Postgres holds stays, and no booking is lost on the way."""
 
+import io
+import random
+import threading
+import time
 import uuid
 from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
 from django.utils import timezone
 
 from booking_app.models import Reservation
+from booking_app.reconcile import booking_reconcile
 from booking_app.retention import PurgeRefused, event_purge, events_purge
 from booking_app.services import Booking, reserve_call
-from booking_app.tests.conftest import book
+from booking_app.tests.conftest import book, seats_left
 from queue_app import services as queue
 from queue_app.models import Event
 from ticketing import redis as r
@@ -126,3 +132,83 @@ def test_an_undecided_outbox_is_never_purged(postgres, make_event, active_tokens
     event_purge(event.event_id)
     assert Reservation.objects.get(reservation_id=stranded).status == "CONFIRMED"
     assert redis_keys(event.event_id) == []
+
+
+def _purge_and_reopen_at_once(event_id: str) -> str:
+    """`purge_event` and `event_status OPEN` started together, the reopen anywhere in
+    the purge's course. Returns which one won."""
+    from conftest import CheckedThread
+
+    start = threading.Barrier(2)
+    purged = []
+
+    def purge() -> None:
+        start.wait()
+        try:
+            purged.append(event_purge(event_id))
+        except PurgeRefused:
+            purged.append(None)
+        finally:
+            connection.close()  # (back to the pool: a thread's connection is its own)
+
+    def reopen(delay: float = random.random() * 0.03) -> None:
+        start.wait()
+        time.sleep(delay)
+        try:
+            call_command("event_status", event_id, "OPEN", stdout=io.StringIO())
+        finally:
+            connection.close()
+
+    threads = [CheckedThread(target=purge), CheckedThread(target=reopen)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return "purged first" if purged[0] is not None else "reopened first"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_purge_racing_a_reopen_never_wipes_the_reopened_event(make_event, active_tokens, api):
+    """Twenty races: whichever wins, an event that Postgres says is OPEN is live in
+    Redis, counts its seats right and takes joins."""
+    outcomes = set()
+    for _ in range(20):
+        event = make_event(total_seats=10)
+        a_sale(event, active_tokens, api)
+        close(event, ago=timedelta(days=2))
+        outcomes.add(_purge_and_reopen_at_once(event.event_id))
+        assert Event.objects.get(pk=event.pk).status == Event.Status.OPEN
+        assert r.client().hget(r.EventKeys(event.event_id).meta, "status") == b"OPEN"
+        booking_reconcile(event.event_id)  # (a reopen that came first left the outbox to it)
+        assert seats_left(event.event_id) == 10 - Event.objects.get(pk=event.pk).seats_sold == 7
+        assert queue.queue_join(event_id=event.event_id).token
+    print(sorted(outcomes))  # (which one wins is the scheduler's)
+
+
+def test_a_cancellation_after_a_purge_leaves_no_key_and_a_reopen_sells_every_seat(
+    postgres, make_event, active_tokens, api
+):
+    """A purged event's cancellation writes nothing to Redis (a seats-left key it
+    left would be kept by the reopen's publish and undersell the event); once the
+    event is reopened, reconcile returns the cancelled seats exactly once."""
+    from booking_app.services import booking_cancel
+
+    event = make_event(total_seats=10)
+    token, _ = a_sale(event, active_tokens, api)
+    booked = Reservation.objects.get(event_id=event.event_id, token=token)
+    close(event, ago=timedelta(days=2))
+    event_purge(event.event_id)
+    booking_cancel(reservation_id=booked.reservation_id)
+    assert redis_keys(event.event_id) == []
+    booked.refresh_from_db()
+    assert (booked.status, booked.seats_returned_at) == ("CANCELLED", None)  # left for the reopen
+    call_command("event_status", event.event_id, "OPEN", stdout=io.StringIO())
+    sold = Event.objects.get(pk=event.pk).seats_sold
+    assert sold == 1  # the stranded booking's seat; the cancelled two are free in Postgres
+    assert seats_left(event.event_id) == 10 - sold
+    # The purge took the booked tokens' marks with the line: reconcile puts them back.
+    assert booking_reconcile(event.event_id).marks_restored == 1
+    assert seats_left(event.event_id) == 10 - sold
+    assert booking_reconcile(event.event_id).consistent
+    booked.refresh_from_db()
+    assert booked.seats_returned_at is not None

@@ -340,7 +340,7 @@ def cancel(world: World) -> Any:
 
 def heal(world: World) -> Any:
     k = world.keys
-    return r.run("seats_heal", [k.seats, k.outbox, k.recount], ["ours", 100])
+    return r.run("seats_heal", [k.seats, k.outbox, k.recount, k.meta], ["ours", 100])
 
 
 def mark_restore(world: World) -> Any:
@@ -390,10 +390,10 @@ CASES = [
     Case("release", booking_stranded, release, keys=(1, 2, 3, 4, 5, 6, 7, 9), counters=(2, 6)),
     Case("release", drawn_stranded, release, keys=(1, 2, 3, 4, 5, 6, 7, 8, 9), counters=(2, 6)),
     Case("outbox_done", booking_stranded, outbox_done, keys=(1, 2)),
-    Case("cancel", booking_stranded, cancel, keys=(1, 2, 3, 4), counters=(1,)),
+    Case("cancel", booking_stranded, cancel, keys=(1, 2, 3, 4, 5), counters=(1,)),
     # A seats value that is not a number is simply replaced by the recount.
-    Case("seats_heal", booking_recounting, heal, keys=(1, 2, 3)),
-    Case("mark_restore", booking_mark_lost, mark_restore, keys=(1, 2)),
+    Case("seats_heal", booking_recounting, heal, keys=(1, 2, 3, 4)),
+    Case("mark_restore", booking_mark_lost, mark_restore, keys=(1, 2, 3)),
 ]
 
 
