@@ -171,7 +171,7 @@ def _settle_outbox(k: r.EventKeys, report: Report) -> None:
                 report.written.append(str(b.reservation_id))
         if decision.outcome == CONFIRMED:
             outbox_done(k, entry_id)
-        elif release(k, entry_id, b, decision):
+        elif release(k, entry_id, b, decision, unheard=True):
             report.refused.append(str(b.reservation_id))
 
 

@@ -23,6 +23,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, connection, transaction
 from django.db.models import Sum
 from django.utils import timezone
@@ -34,6 +35,7 @@ from queue_app.models import Event
 from queue_app.services import Token, issued
 from ticketing import metrics
 from ticketing import redis as r
+from ticketing.celery import app
 from ticketing.errors import REDIS_ERRORS, DomainError
 
 log = logging.getLogger(__name__)
@@ -178,6 +180,48 @@ def _void(b: Booking, decision: Decision) -> Decision:
     return decision
 
 
+def settle_later(b: Booking) -> None:
+    """Have a booking its client is told is pending decided even if Redis loses it.
+
+    Reconcile decides what the outbox holds. A Redis restarted from an older snapshot
+    may lose the entry and the token's mark before that: nobody would decide the
+    booking, and its person would poll ACTIVE again, never told. So a task goes to
+    the broker, which keeps it whatever Redis and Postgres do, and runs once the
+    grace period is over (`settle_unheard`)."""
+    try:
+        app.send_task(
+            "booking_app.tasks.settle_pending",
+            args=[b.event_id, str(b.reservation_id), b.token, b.seat_count],
+            countdown=settings.BOOKING_RECONCILE_GRACE_SEC,
+            retry=True,
+            retry_policy={"max_retries": 1, "interval_start": 0, "interval_step": 0.2},
+        )
+    except Exception as exc:  # (the broker's errors are many kinds) the outbox is still there
+        log.error("booking %s: its follow-up could not be sent: %s", b.reservation_id, exc)
+
+
+def settle_unheard(b: Booking) -> str | None:
+    """Decide a booking its client was told is pending: CONFIRMED, ALREADY_BOOKED or
+    NOT_SAVED, or None while it is in the outbox (reconcile decides it; ask again).
+
+    Not in Postgres and not in Redis (the token's mark does not name it: a mark and
+    its entry are written and removed together) means Redis lost it: nobody can
+    confirm it any more, so it is settled VOID, and the token's polls answer
+    NOT_SAVED (lua/note_not_saved.lua) and it may book again."""
+    k = r.EventKeys(b.event_id)
+    row = Reservation.objects.filter(reservation_id=b.reservation_id).first()
+    if row is not None:
+        decision = decision_of(row)
+    elif r.client().get(k.booked(b.token)) == str(b.reservation_id).encode():
+        return None
+    else:
+        decision = _void(b, Decision(NOT_SAVED))
+        log.warning("booking %s: Redis had lost it before Postgres decided it; not saved", b.reservation_id)
+    if decision.outcome == NOT_SAVED:
+        r.run("note_not_saved", [k.meta, k.booked(b.token)], [str(b.reservation_id)])
+    return decision.outcome
+
+
 def decision_of(row: Reservation) -> Decision:
     """The decision an existing row records."""
     if row.status != Reservation.Status.VOID:
@@ -215,12 +259,15 @@ def booking_decide(b: Booking) -> Decision | None:
         return None
 
 
-def release(k: r.EventKeys, entry_id: bytes | str, b: Booking, decision: Decision) -> bool:
+def release(
+    k: r.EventKeys, entry_id: bytes | str, b: Booking, decision: Decision, *, unheard: bool = False
+) -> bool:
     """Give back what the Redis step of a refused booking took, exactly once.
 
     NO_ROOM keeps the seats taken: Postgres had none, so the count in Redis was too
     high. ALREADY_BOOKED points the token's mark at its confirmed reservation and
-    gives no window back, so it cannot try again.
+    gives no window back, so it cannot try again. `unheard`: the client was never
+    told the outcome (reconcile decides): the token's polls then answer NOT_SAVED.
     """
     existing = decision.reservation if decision.outcome == ALREADY_BOOKED else None
     give = 0 if decision.outcome == NO_ROOM else b.seat_count
@@ -238,6 +285,7 @@ def release(k: r.EventKeys, entry_id: bytes | str, b: Booking, decision: Decisio
                 b.token_raw,
                 1 if existing is None and b.window_end else 0,
                 str(existing.reservation_id) if existing else "",
+                int(unheard),
             ],
         )
     )
@@ -303,6 +351,7 @@ def booking_reserve(
 
     decision = booking_decide(b)
     if decision is None:
+        settle_later(b)
         raise DomainError(
             "BOOKING_PENDING",
             "The booking is being confirmed; poll to see it.",

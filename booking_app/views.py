@@ -54,11 +54,14 @@ def book(request: HttpRequest, event_id: str) -> HttpResponse:
     state = queue.queue_poll(event_id=event_id, token=token)
     if state.status == "BOOKED":
         return redirect("confirmation", event_id, state.reservation_id)
-    if state.status != "ACTIVE":
+    # A booking this token was told is pending was not saved: its window, while it
+    # lasts, is theirs to book again.
+    not_saved = state.status == "NOT_SAVED" and state.active_expires_at is not None
+    if state.status != "ACTIVE" and not not_saved:
         return redirect("waiting-room", event_id)  # it shows why: waiting, expired, closed
     most = max(1, min(event.max_seats_per_booking, state.remaining_seats))
     form = BookingForm(request.POST or None, most=most)
-    error = None
+    error = "BOOKING_NOT_SAVED" if not_saved and request.method != "POST" else None
     if request.method == "POST" and form.is_valid():
         try:
             booked = services.booking_reserve(
@@ -114,5 +117,7 @@ def confirmation(request: HttpRequest, event_id: str, reservation_id: str) -> Ht
         if state.status == "BOOKED" and state.reservation_id == str(rid):
             context = {"pending": True, "reservation_id": rid}
             return render(request, "booking_app/confirmation.html", context, status=202)
+        if state.status == "NOT_SAVED" and state.reservation_id == str(rid):
+            return redirect("book" if state.active_expires_at else "waiting-room", event_id)
         raise Http404
     return render(request, "booking_app/confirmation.html", {"reservation": reservation})

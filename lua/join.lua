@@ -25,7 +25,8 @@
 -- KEYS[3] left    STRING  bitmap of the places whose person left
 -- KEYS[4] leftpre STRING  bitmap of the pre-queue numbers whose person left before the draw
 -- KEYS[5] windows ZSET    the admission log (lua/lib/line.lua)
--- KEYS[6] booked  STRING  rejoin: reservation id, once the old token has booked
+-- KEYS[6] booked  STRING  rejoin: reservation id, once the old token has booked ('-'
+--                         and an id: a booking that was not saved, which is no booking)
 -- KEYS[7] popped  STRING  places already taken off the head of the line
 -- KEYS[8] accountbucket HASH the owner hash of the account's tokens
 -- KEYS[9] addressbucket HASH the owner hash of the client address's tokens
@@ -70,7 +71,7 @@ if not status then return {'EVENT_NOT_FOUND'} end
 local gen = generation(meta[8])
 if old ~= '' then
   local booked = redis.call('GET', KEYS[6])
-  if booked then return {'ALREADY_BOOKED', 0, booked} end
+  if booked and booked:sub(1, 1) ~= '-' then return {'ALREADY_BOOKED', 0, booked} end
 end
 if status == 'CLOSED' then return {'EVENT_CLOSED'} end
 

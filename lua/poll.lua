@@ -15,7 +15,9 @@
 -- KEYS[5] holes   STRING  how many places after `popped` were left
 -- KEYS[6] leftpre STRING  bitmap of the pre-queue numbers left before the draw
 -- KEYS[7] windows ZSET    the admission log
--- KEYS[8] booked  STRING  reservation id, once this token has booked
+-- KEYS[8] booked  STRING  reservation id, once this token has booked; '-' and an id
+--                         when that booking was decided not saved after its request
+--                         had answered (lua/release.lua, lua/note_not_saved.lua)
 -- KEYS[9] seats   STRING  seats left
 -- KEYS[10] drawpos STRING drawn positions of the pre-queue's numbers, 4 bytes each
 -- KEYS[11] bookedplaces STRING bitmap of the places whose token booked
@@ -26,7 +28,8 @@
 -- prequeue, drawPosition} where state is PRE_QUEUE (before the start of an event
 -- with a scheduled start), DRAWING (its start passed, the draw not done), WAITING
 -- (detail = rank), ACTIVE (detail = window end, ms), BOOKED (detail = reservation
--- id), EXPIRED or NOT_FOUND (left, or a token of another generation of the line);
+-- id), NOT_SAVED (detail = the reservation id that was not saved, and ':' and the
+-- window end while the window is on: the person may book again), EXPIRED or NOT_FOUND (left, or a token of another generation of the line);
 -- opensAt is the scheduled start (ms) or false; prequeue 1 when the token's number
 -- is of the pre-queue; drawPosition its drawn position once drawn, else 0. Or
 -- {'EVENT_NOT_FOUND'}.
@@ -50,7 +53,11 @@ local function answer(state, detail)
 end
 
 local booked = redis.call('GET', KEYS[8])
-if booked then return answer('BOOKED', booked) end
+local not_saved
+if booked then
+  if booked:sub(1, 1) ~= '-' then return answer('BOOKED', booked) end
+  not_saved = booked:sub(2)
+end
 if n > counter(KEYS[2]) or not issued(KEYS[12], generation(meta[6]), ARGV[1], n) then
   return answer('NOT_FOUND')  -- not a place of this line
 end
@@ -70,7 +77,9 @@ local place = position > 0 and position or n
 if is_set(KEYS[4], place) then return answer('NOT_FOUND') end
 if place <= popped then
   local ends = window_of(KEYS[7], place)
-  if ends and ends > now and not is_set(KEYS[11], place) then return answer('ACTIVE', ends) end
+  local open = ends and ends > now and not is_set(KEYS[11], place)
+  if not_saved then return answer('NOT_SAVED', open and (not_saved .. ':' .. ends) or not_saved) end
+  if open then return answer('ACTIVE', ends) end
   return answer('EXPIRED')  -- admitted, and the window passed (or a booking was cancelled)
 end
 local ahead = place - 1 - popped - ones(KEYS[4], popped + 1, place - 1)

@@ -21,6 +21,9 @@
 -- ARGV[5] 1 to give the token's active window back (what is left of it), 0 not to
 -- ARGV[6] reservation id the booking mark must name from now on (the token's
 --         confirmed one), or '' to remove the mark if it names ARGV[2]
+-- ARGV[7] 1 when the client never heard the outcome (reconcile decides): a mark
+--         naming ARGV[2] becomes '-' .. ARGV[2] instead, so that polls answer
+--         NOT_SAVED; 0 otherwise
 --
 -- Returns 1 when released, 0 when the entry was already gone (nothing changed).
 -- needs: line
@@ -48,6 +51,8 @@ if redis.call('XDEL', KEYS[1], ARGV[1]) == 0 then return 0 end
 if give > 0 then redis.call('INCRBY', KEYS[2], give) end
 if ARGV[6] ~= '' then
   redis.call('SET', KEYS[3], ARGV[6])
+elseif mark == ARGV[2] and ARGV[7] == '1' then
+  redis.call('SET', KEYS[3], '-' .. ARGV[2])
 elseif mark == ARGV[2] then
   redis.call('DEL', KEYS[3])
 end

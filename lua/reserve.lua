@@ -15,7 +15,8 @@
 --
 -- KEYS[1] meta    HASH    status, gen, maxPerBooking, requireAccount, draw, drawSize
 -- KEYS[2] windows ZSET    the admission log
--- KEYS[3] booked  STRING  reservation id, once this token has booked
+-- KEYS[3] booked  STRING  reservation id, once this token has booked ('-' and an id:
+--                         a booking that was not saved, which does not stop another)
 -- KEYS[4] seats   STRING  seats left
 -- KEYS[5] outbox  STREAM  bookings not yet decided in Postgres
 -- KEYS[6] popped  STRING  places already taken off the head of the line
@@ -46,7 +47,7 @@ local account = ARGV[7] or ''
 if meta[3] == '1' and account == '' then return {'ACCOUNT_REQUIRED'} end
 
 local booked = redis.call('GET', KEYS[3])
-if booked then return {'ALREADY_BOOKED', booked} end
+if booked and booked:sub(1, 1) ~= '-' then return {'ALREADY_BOOKED', booked} end
 
 local n = number_of(ARGV[1])
 if not issued(KEYS[12], generation(meta[4]), ARGV[1], n) then return {'NOT_ACTIVE'} end  -- not this line's

@@ -130,9 +130,11 @@ class LeftOutput(serializers.Serializer):
 
 class PositionOutput(serializers.Serializer):
     status = serializers.ChoiceField(
-        choices=["PRE_QUEUE", "DRAWING", "WAITING", "ACTIVE", "BOOKED", "EXPIRED", "NOT_FOUND"],
+        choices=["PRE_QUEUE", "DRAWING", "WAITING", "ACTIVE", "BOOKED", "NOT_SAVED", "EXPIRED", "NOT_FOUND"],
         help_text="PRE_QUEUE: joined before the event's scheduled start (opensAt); the order is drawn "
-        "then. DRAWING: the start has passed and the draw is running; poll again soon.",
+        "then. DRAWING: the start has passed and the draw is running; poll again soon. NOT_SAVED: "
+        "a booking this token was told was pending (reservationId) was not saved and nothing was "
+        "charged; while activeExpiresAt is set the token may book again.",
     )
     rank = serializers.IntegerField(allow_null=True, help_text="1-based, while WAITING")
     totalWaiting = serializers.IntegerField(source="total_waiting")  # noqa: N815
@@ -143,9 +145,11 @@ class PositionOutput(serializers.Serializer):
         source="next_poll_ms", help_text="wait this long before the next poll; 0: nothing left to wait for"
     )
     activeExpiresAt = serializers.IntegerField(  # noqa: N815
-        source="active_expires_at", allow_null=True, help_text="ms, while ACTIVE"
+        source="active_expires_at", allow_null=True, help_text="ms, while ACTIVE (or NOT_SAVED in its window)"
     )
-    reservationId = serializers.UUIDField(source="reservation_id", allow_null=True)  # noqa: N815
+    reservationId = serializers.UUIDField(  # noqa: N815
+        source="reservation_id", allow_null=True, help_text="BOOKED: the booking; NOT_SAVED: the one lost"
+    )
     eventId = serializers.CharField(source="event_id")  # noqa: N815
     eventStatus = serializers.ChoiceField(source="event_status", choices=["OPEN", "PAUSED", "CLOSED"])  # noqa: N815
     soldOut = serializers.BooleanField(source="sold_out")  # noqa: N815

@@ -310,15 +310,15 @@ class Position:
     """What a poll shows a person. (Not frozen: a frozen dataclass sets each of its
     fields through object.__setattr__, a cost paid on every poll.)"""
 
-    status: str  # PRE_QUEUE, DRAWING, WAITING, ACTIVE, BOOKED, EXPIRED or NOT_FOUND
+    status: str  # PRE_QUEUE, DRAWING, WAITING, ACTIVE, BOOKED, NOT_SAVED, EXPIRED or NOT_FOUND
     rank: int | None  # 1-based, while WAITING
     total_waiting: int
     ahead: int | None
     behind: int | None
     remaining_seats: int
     next_poll_ms: int
-    active_expires_at: int | None  # ms, while ACTIVE
-    reservation_id: str | None  # once BOOKED
+    active_expires_at: int | None  # ms, while ACTIVE (or NOT_SAVED in a window still on)
+    reservation_id: str | None  # once BOOKED; NOT_SAVED: the booking that was not
     event_id: str
     event_status: str
     sold_out: bool
@@ -342,7 +342,8 @@ def _poll_call(event_id: str, token: Token) -> Call:
 _WORDS = {
     word.encode(): word
     for word in (
-        "PRE_QUEUE", "DRAWING", "WAITING", "ACTIVE", "BOOKED", "EXPIRED", "NOT_FOUND", "EVENT_NOT_FOUND",
+        "PRE_QUEUE", "DRAWING", "WAITING", "ACTIVE", "BOOKED", "NOT_SAVED", "EXPIRED", "NOT_FOUND",
+        "EVENT_NOT_FOUND",
         "OPEN", "PAUSED", "CLOSED",
     )
 }  # fmt: skip
@@ -350,6 +351,16 @@ _WORDS = {
 
 def _word(reply: bytes) -> str:
     return _WORDS.get(reply) or reply.decode()
+
+
+def _window_end(state: str, detail: object) -> int | None:
+    """ACTIVE: the window's end. NOT_SAVED: its end too while the window is on (the
+    detail is `<reservation id>:<end>` then), so the person can book again."""
+    if state == "ACTIVE":
+        return int(detail)
+    if state == "NOT_SAVED" and b":" in detail:
+        return int(detail.split(b":")[1])
+    return None
 
 
 def _position(event_id: str, token: Token, reply: list) -> Position:
@@ -369,8 +380,8 @@ def _position(event_id: str, token: Token, reply: list) -> Position:
         behind=waiting - rank if rank is not None else None,
         remaining_seats=max(seats, 0),  # a recount may go below 0 until releases land
         next_poll_ms=next_poll_ms(state, rank, until_start),
-        active_expires_at=int(detail) if state == "ACTIVE" else None,
-        reservation_id=detail.decode() if state == "BOOKED" else None,
+        active_expires_at=_window_end(state, detail),
+        reservation_id=detail.decode().split(":")[0] if state in ("BOOKED", "NOT_SAVED") else None,
         event_id=event_id,
         event_status=_word(event_status),
         sold_out=seats <= 0,

@@ -357,6 +357,10 @@
         return;
       case "BOOKED":
         return booked(data.reservationId);
+      case "NOT_SAVED": // a pending booking was not saved: book again while the window lasts
+        if (data.activeExpiresAt) { show("active"); window.location.assign(cfg.bookUrl); return; }
+        show(data.eventStatus === "CLOSED" ? "closed" : "expired");
+        return;
       case "EXPIRED":
         show(data.eventStatus === "CLOSED" ? "closed" : "expired");
         return;

@@ -98,6 +98,7 @@ SCENARIO_SCRIPTS = {
     "cancel",
     "seats_heal",
     "mark_restore",
+    "note_not_saved",
     "draw_close",
     "draw_done",
 }
@@ -145,6 +146,9 @@ def test_every_script_runs_on_each_redis_version(request, make_event, api, serve
         b = booking.Booking(uuid.uuid4(), event.event_id, c, 1)
         reply = r.run(*booking.reserve_call(b))
         assert booking.release(k, reply[2], b, booking.Decision(booking.NOT_SAVED))  # release
+        lost = booking.Booking(uuid.uuid4(), event.event_id, c, 1)  # a pending booking Redis lost
+        assert booking.settle_unheard(lost) == booking.NOT_SAVED  # note_not_saved
+        assert api.poll(c, event.event_id)[1]["data"]["status"] == "NOT_SAVED"
         assert reconcile.event_recover(event.event_id).consistent  # outbox_done is below, seats_heal here
         assert booking.outbox_done(k, "0-1") is False
         event.total_seats = 12

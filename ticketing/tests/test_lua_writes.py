@@ -343,6 +343,18 @@ def heal(world: World) -> Any:
     return r.run("seats_heal", [k.seats, k.outbox, k.recount, k.meta], ["ours", 100])
 
 
+def booking_lost(make_event: Callable[..., Event]) -> World:
+    """The crowd, and a person whose pending booking Redis lost (nothing of it is left)."""
+    world = crowd(make_event)
+    world.token = world.tokens[1]
+    return world
+
+
+def note_lost(world: World) -> Any:
+    b = booking.Booking(uuid.uuid4(), world.event.event_id, world.token.text, 1)
+    return booking.settle_unheard(b)
+
+
 def mark_restore(world: World) -> Any:
     return reconcile.restore_marks(world.event.event_id)
 
@@ -394,6 +406,7 @@ CASES = [
     # A seats value that is not a number is simply replaced by the recount.
     Case("seats_heal", booking_recounting, heal, keys=(1, 2, 3, 4)),
     Case("mark_restore", booking_mark_lost, mark_restore, keys=(1, 2, 3)),
+    Case("note_not_saved", booking_lost, note_lost, keys=(1, 2)),
 ]
 
 
