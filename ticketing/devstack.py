@@ -321,18 +321,36 @@ def serve(*, verbose: bool = False) -> int:
 
 
 @contextlib.contextmanager
+def _throwaway_redis() -> Iterator[str]:
+    data_dir = Path(tempfile.mkdtemp(prefix="redis-"))
+    proc, port = servers.start_redis(data_dir, persistent=False)
+    try:
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        servers.stop_redis(proc)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
 def _own_redis() -> Iterator[None]:
     if configured()["redis"]:
         yield
         return
-    data_dir = Path(tempfile.mkdtemp(prefix="redis-"))
-    proc, port = servers.start_redis(data_dir, persistent=False)
-    os.environ["REDIS_URL"] = f"redis://127.0.0.1:{port}/0"
-    try:
+    with _throwaway_redis() as url:
+        os.environ["REDIS_URL"] = url
         yield
-    finally:
-        servers.stop_redis(proc)
-        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _own_broker() -> Iterator[None]:
+    """A Redis Cluster cannot be Celery's broker: without RABBITMQ_URL, a plain
+    Redis of its own is."""
+    if os.environ.get("RABBITMQ_URL"):
+        yield
+        return
+    with _throwaway_redis() as url:
+        os.environ["RABBITMQ_URL"] = url
+        yield
 
 
 @contextlib.contextmanager
@@ -353,7 +371,7 @@ def execute(cmd: list[str], *, cluster: bool = False) -> int:
         if not cluster:
             with _own_redis():
                 return subprocess.call(cmd, cwd=BASE_DIR)
-        with servers.redis_cluster() as ports:
+        with servers.redis_cluster() as ports, _own_broker():
             # The cluster replaces whatever Redis the environment names.
             env = {**os.environ, "REDIS_URL": f"redis://127.0.0.1:{ports[0]}/0", "REDIS_CLUSTER": "true"}
             env.pop("REDIS_HOST", None)

@@ -237,11 +237,13 @@ TRUSTED_PROXIES = _networks("TRUSTED_PROXIES")
 # --- Broker and booking messages ----------------------------------------------
 # RABBITMQ_URL is the seed's name; unset, the broker is the same Redis.
 BROKER_URL = _url("RABBITMQ_URL", REDIS_URL, ("amqp", "amqps", "pyamqp", "redis", "rediss", "memory"))
-if REDIS_CLUSTER and BROKER_URL.startswith(("redis://", "rediss://")):
+if REDIS_CLUSTER and BROKER_URL == REDIS_URL:
     # Celery's Redis transport talks to one server (multi-key commands across
     # slots, blocking pops on keys it cannot tag): it does not work on a cluster.
+    # A plain Redis of its own does.
     raise ImproperlyConfigured(
-        "REDIS_CLUSTER=true needs RABBITMQ_URL (amqp://...): Celery's broker cannot be a Redis Cluster"
+        "REDIS_CLUSTER=true needs RABBITMQ_URL (amqp://..., or a plain Redis of its own): "
+        "Celery's broker cannot be a Redis Cluster"
     )
 BOOKING_QUEUE = env.str("BOOKING_QUEUE", default="booking.completed")
 

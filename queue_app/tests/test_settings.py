@@ -69,6 +69,8 @@ def test_a_redis_cluster_needs_rabbitmq_for_the_broker():
     result = _start(REDIS_URL="redis://h:1/0", REDIS_CLUSTER="true", RABBITMQ_URL="amqp://mq:5672//")
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[2] == "amqp://mq:5672//"
+    result = _start(REDIS_URL="redis://h:1/0", REDIS_CLUSTER="true", RABBITMQ_URL="redis://broker:6379/0")
+    assert result.returncode == 0, result.stderr  # a plain Redis of its own is a broker
 
 
 def test_env_example_covers_the_seed_variables():
