@@ -137,6 +137,22 @@ MUTANTS = [
         first=("booking_app/tests/test_cancel.py", "booking_app/tests/test_faults.py"),
     ),
     Mutant(
+        name="purge-unlocked",
+        breaks="a purge wipes the event without holding its row: a reopen meanwhile is wiped",
+        path="booking_app/retention.py",
+        original="        event = _closed(event_id, lock=True)\n",
+        replacement="        event = _closed(event_id)\n",
+        first=("booking_app/tests/test_retention.py",),
+    ),
+    Mutant(
+        name="not-saved-untold",
+        breaks="reconcile refuses a pending booking and its person polls ACTIVE again, never told",
+        path="lua/release.lua",
+        original="elseif mark == ARGV[2] and ARGV[7] == '1' then\n",
+        replacement="elseif mark == ARGV[2] and ARGV[7] == 'never' then\n",
+        first=("booking_app/tests/test_pending.py",),
+    ),
+    Mutant(
         name="unknown-commit-failed",
         breaks="a commit whose answer was lost is taken as failed: seats released, BOOKING_NOT_SAVED",
         path="booking_app/services.py",
