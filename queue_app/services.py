@@ -528,6 +528,7 @@ def event_publish(event: Event, *, sold: int = 0) -> int:
         "requireAccount": int(event.require_account),
         "proofOfWork": event.proof_of_work,
         "maxPerAddress": event.max_places_per_address,
+        "maxPerBuyer": event.max_seats_per_buyer,
     }
     pairs = [x for item in fields.items() for x in item]
     # A start whose draw has happened is history: a line rebuilt after it (a reset,
