@@ -14,7 +14,8 @@
 -- requireAccount: a signed-in account, which holds one live place (asking again
 -- answers that place, HELD); maxPerAddress (events without accounts): at most that
 -- many live places per client address (TOO_MANY_PLACES); proofOfWork: a solved
--- challenge, used once (PROOF_OF_WORK). Only these events keep something per
+-- challenge, used once, of a challenge issued when the event asked no less than it
+-- asks now (PROOF_OF_WORK). Only these events keep something per
 -- place: an owner's tokens, in the small hash its id picks (token -> owner). An
 -- owner's live places are those of its tokens still waiting or in their active
 -- window (a place booked in its window still counts: its holder has it).
@@ -45,6 +46,8 @@
 -- ARGV[7] the verified solution's mark (an integer), or '' when none was sent
 -- ARGV[8] when KEYS[10] may expire (unix ms)
 -- ARGV[9] two random bytes for the new token
+-- ARGV[10] the difficulty the event asked when the solution's challenge was issued
+--          (signed in the challenge), or '' when none was sent
 --
 -- An event with a scheduled start (meta opensAt, draw = PENDING; docs/draw.md): a
 -- join before the start enters the pre-queue, numbers 1..drawSize, drawn into the
@@ -57,7 +60,7 @@
 -- keeps its place {'WAITING'|'ACTIVE', 0, prequeue}; an account's live place {'HELD',
 -- 'WAITING'|'ACTIVE', token, prequeue}, where prequeue is 1 for a place of the
 -- pre-queue, else 0; {'ALREADY_BOOKED', 0, reservationId}; {'TOO_MANY_PLACES', cap};
--- {'PROOF_OF_WORK', 'missing'|'used'}; {'ACCOUNT_REQUIRED'}; {'EVENT_NOT_FOUND'};
+-- {'PROOF_OF_WORK', 'missing'|'used'|'easier'}; {'ACCOUNT_REQUIRED'}; {'EVENT_NOT_FOUND'};
 -- {'EVENT_CLOSED'}.
 -- Validates every key before its first write (Redis keeps the writes done before an
 -- error): a bad key fails the script with nothing changed.
@@ -139,9 +142,11 @@ else
     if #held(9, owner) >= cap then return {'TOO_MANY_PLACES', cap} end
   end
 end
-local proof = (tonumber(meta[3] or 0) or 0) > 0
+local difficulty = tonumber(meta[3] or 0) or 0
+local proof = difficulty > 0
 if proof then
   if ARGV[7] == '' then return {'PROOF_OF_WORK', 'missing'} end
+  if (tonumber(ARGV[10]) or 0) < difficulty then return {'PROOF_OF_WORK', 'easier'} end
   if redis.call('SISMEMBER', KEYS[10], ARGV[7]) == 1 then return {'PROOF_OF_WORK', 'used'} end
 end
 

@@ -17,7 +17,7 @@ from rest_framework.response import Response
 from queue_app import draw, proof, services
 from queue_app.models import EVENT_ID_PATTERN
 from ticketing.api import Endpoint, StrictField, responses
-from ticketing.ratelimit import JoinThrottle, LeaveThrottle, client_address
+from ticketing.ratelimit import ChallengeThrottle, JoinThrottle, LeaveThrottle, client_address
 
 
 def client_of(request: Request) -> services.Client:
@@ -270,12 +270,13 @@ class ChallengeView(Endpoint):
     """A proof-of-work challenge for a join (queue_app/proof.py)."""
 
     Input, Output, source = EventInput, ChallengeOutput, "query"
+    throttle_classes = [ChallengeThrottle]
     fast_service = staticmethod(services.aqueue_challenge)
 
     @extend_schema(
         operation_id="queue_challenge",
         parameters=[EventInput],
-        responses=responses(ChallengeOutput, "VALIDATION_ERROR", "EVENT_NOT_FOUND"),
+        responses=responses(ChallengeOutput, "VALIDATION_ERROR", "EVENT_NOT_FOUND", "RATE_LIMIT"),
     )
     def get(self, request: Request) -> Response:
         return self.answer(services.queue_challenge(**self.validated(request)))

@@ -142,6 +142,13 @@ class JoinThrottle(RedisRateThrottle):
     scope, setting = "join", "RATE_LIMIT_JOIN"  # join and rejoin share it, as in the seed
 
 
+class ChallengeThrottle(RedisRateThrottle):
+    """Proof-of-work challenges per client: each costs a signature, and a script
+    should not stock up on them."""
+
+    scope, setting = "challenge", "RATE_LIMIT_CHALLENGE"
+
+
 class LeaveThrottle(RedisRateThrottle):
     scope, setting = "leave", "RATE_LIMIT_LEAVE"
 

@@ -227,6 +227,8 @@ EVENT_PURGE_AFTER_SECONDS = _int("EVENT_PURGE_AFTER_SECONDS", 86_400)
 # an IPv4 address or an IPv6 /64 (ticketing/ratelimit.py: client_net).
 RATE_LIMIT_JOIN = _int("RATE_LIMIT_JOIN", 10)
 RATE_LIMIT_LEAVE = _int("RATE_LIMIT_LEAVE", 5)
+# Proof-of-work challenges per client per second (a page fetches one per join).
+RATE_LIMIT_CHALLENGE = _int("RATE_LIMIT_CHALLENGE", 10)
 # Bookings per client address, and per token, per second (0: off).
 RATE_LIMIT_BOOKING = _int("RATE_LIMIT_BOOKING", 10)
 RATE_LIMIT_BOOKING_TOKEN = _int("RATE_LIMIT_BOOKING_TOKEN", 2)

@@ -47,6 +47,14 @@ def test_leave_allows_five_per_second(api, event, limits):
     assert api.leave(stranger, event.event_id, REMOTE_ADDR=ip)[0] == 429
 
 
+def test_challenges_are_limited_per_client_on_both_lanes(lanes_api, event, limits):
+    limits.RATE_LIMIT_CHALLENGE = 3
+    ip = _ip()
+    path = f"/api/queue/challenge?eventId={event.event_id}"
+    assert [lanes_api.call("get", path, REMOTE_ADDR=ip)[0] for _ in range(4)] == [200, 200, 200, 429]
+    assert lanes_api.last["Retry-After"] == "1"
+
+
 def test_the_limit_is_configurable(api, event, limits):
     limits.RATE_LIMIT_JOIN = 2
     ip = _ip()
