@@ -25,13 +25,13 @@ def client_of(request: Request) -> services.Client:
     session (on this lane only: the fast lane hands requests with a session to it),
     and the client address."""
     account = Endpoint.account_id(request)
-    return services.Client(
-        account="" if account is None else str(account), address=client_address(request.META)
-    )
+    address, site = client_address(request.META)
+    return services.Client(account="" if account is None else str(account), address=address, site=site)
 
 
 def anonymous_client(meta: Mapping) -> services.Client:
-    return services.Client(address=client_address(meta))
+    address, site = client_address(meta)
+    return services.Client(address=address, site=site)
 
 
 @extend_schema_field(

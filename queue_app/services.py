@@ -110,10 +110,12 @@ class Joined:
 @dataclass(frozen=True, slots=True)
 class Client:
     """Who asks for a place, for the event's protections (lua/join.lua): the
-    signed-in account, and the client address (ticketing.ratelimit.packed_net)."""
+    signed-in account, the client address and an IPv6 client's /48
+    (ticketing.ratelimit.client_address)."""
 
     account: str = ""
     address: bytes = b""
+    site: bytes = b""
 
 
 def _join_call(event_id: str, token: Token | None, proof: str | None, client: Client) -> Call:
@@ -140,14 +142,15 @@ def _join_script_call(
     account = client.account.encode()
     account_bucket = k.owned(b"u" + account) if account else k.meta
     address_bucket = k.owned(b"a" + client.address) if client.address else k.meta
+    site_bucket = k.site_owned(b"a" + client.site) if client.site else k.meta
     keys = [
         k.meta, k.seq, k.left, k.leftpre, k.windows, booked, k.popped, account_bucket, address_bucket, proofs,
-        k.drawpos, k.pre, k.booked_places, k.nonces,
+        k.drawpos, k.pre, k.booked_places, k.nonces, site_bucket,
     ]  # fmt: skip
     ipad, opad = tokens.keys()[0].pads
     args = [
         old, event_id, ipad, opad, account, client.address, mark, proofs_until, tokens.new_nonce(),
-        difficulty,
+        difficulty, client.site, settings.IPV6_48_LIMIT_FACTOR,
     ]  # fmt: skip
     return "join", keys, args
 
