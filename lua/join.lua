@@ -13,10 +13,10 @@
 -- An event may ask more of a new place (docs/fairness.md), each read from meta:
 -- requireAccount: a signed-in account, which holds one live place (asking again
 -- answers that place, HELD); maxPerAddress (events without accounts): at most that
--- many live places per client address (an IPv4 address or an IPv6 /64), and a
--- factor of it per IPv6 /48 (TOO_MANY_PLACES); proofOfWork: a solved
--- challenge, used once, of a challenge issued when the event asked no less than it
--- asks now (PROOF_OF_WORK). Only these events keep something per
+-- many live places per client address (an IPv4 address or an IPv6 /64), and
+-- ARGV[12] times that per IPv6 /48 (TOO_MANY_PLACES); proofOfWork: a solved
+-- challenge, used once, issued when the event asked no less than it asks now
+-- (PROOF_OF_WORK). Only these events keep something per
 -- place: an owner's tokens, in the small hash its id picks (token -> owner). An
 -- owner's live places are those of its tokens still waiting or in their active
 -- window (a place booked in its window still counts: its holder has it).

@@ -86,17 +86,12 @@ def client_units(address: str) -> tuple[str, ...]:
     return tuple(str(ipaddress.IPv6Network((ip, bits), strict=False)) for bits in (64, 48))
 
 
-def unit_limits(units: tuple[str, ...], limit: int) -> list[int]:
-    """Each unit's limit: `limit` for the client's own, IPV6_48_LIMIT_FACTOR times
-    it for its /48."""
-    return [limit] + [limit * settings.IPV6_48_LIMIT_FACTOR] * (len(units) - 1)
-
-
 def client_limit_call(scope: str, meta: Mapping, limit: int, window_ms: int) -> tuple[str, list[str], list]:
-    """lua/ratelimit.lua counting the request's client in each of its units, for `r.run`."""
+    """lua/ratelimit.lua counting the request's client in each of its units, for
+    `r.run`: `limit` in its own, IPV6_48_LIMIT_FACTOR times it in its /48."""
     units = client_units(client_ip(meta))
-    limits = unit_limits(units, limit)
-    return "ratelimit", r.ratelimit_keys(scope, units), [limits[0], window_ms, *limits[1:]]
+    site = [limit * settings.IPV6_48_LIMIT_FACTOR] if len(units) > 1 else []
+    return "ratelimit", r.ratelimit_keys(scope, units), [limit, window_ms, *site]
 
 
 @lru_cache(maxsize=65536)
