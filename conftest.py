@@ -79,6 +79,7 @@ def _test_settings(settings) -> None:
     # Every test client is 127.0.0.1; the rate-limit tests turn limits back on.
     settings.RATE_LIMIT_JOIN = 0
     settings.RATE_LIMIT_LEAVE = 0
+    settings.RATE_LIMIT_CHALLENGE = 0
     settings.RATE_LIMIT_BOOKING = 0
     settings.RATE_LIMIT_BOOKING_TOKEN = 0
     settings.RATE_LIMIT_SIGN_IN = 0
@@ -425,6 +426,7 @@ def start_gunicorn(
             # Every test client is 127.0.0.1: a test that wants a limit names it.
             "RATE_LIMIT_BOOKING": "0",
             "RATE_LIMIT_BOOKING_TOKEN": "0",
+            "RATE_LIMIT_CHALLENGE": "0",
             **env,
         },
         start_new_session=True,
@@ -453,6 +455,7 @@ def server_env(**overrides: str) -> dict[str, str]:
         "QUEUE_TOKEN_KEY": settings.QUEUE_TOKEN_KEY,
         "RATE_LIMIT_JOIN": "0",
         "RATE_LIMIT_LEAVE": "0",
+        "RATE_LIMIT_CHALLENGE": "0",
         "RATE_LIMIT_SIGN_IN": "0",
         "QUEUE_LINE_REFRESH_MS": "0",
         **overrides,

@@ -113,6 +113,7 @@ class BookingView(Endpoint):
             "PAYLOAD_TOO_LARGE",
             "EVENT_NOT_FOUND",
             "ACCOUNT_REQUIRED",
+            "BUYER_REQUIRED",
             "CSRF_FAILED",
             "EVENT_CLOSED",
             "NOT_ACTIVE",

@@ -41,12 +41,13 @@ from ticketing.errors import REDIS_ERRORS, DomainError
 log = logging.getLogger(__name__)
 
 CONFIRMED, ALREADY_BOOKED, NO_ROOM, NOT_SAVED = "CONFIRMED", "ALREADY_BOOKED", "NO_ROOM", "NOT_SAVED"
-SEAT_CAP = "SEAT_CAP"
+SEAT_CAP, BUYER_REQUIRED = "SEAT_CAP", "BUYER_REQUIRED"
 
 _REFUSALS = {
     "EVENT_NOT_FOUND": "No such event.",
     "EVENT_CLOSED": "Booking for this event is not open.",
     "ACCOUNT_REQUIRED": "Sign in to book on this event.",
+    "BUYER_REQUIRED": "This event caps the seats per buyer: send buyerEmail, or sign in.",
     "NOT_ACTIVE": "This token is not in its booking window (wait in line, or rejoin).",
     "SOLD_OUT": "Sold out.",
     "INSUFFICIENT_SEATS": "Not enough seats left for this booking.",
@@ -88,7 +89,7 @@ class Booking:
 class Decision:
     """How Postgres decided a booking."""
 
-    outcome: str  # CONFIRMED, ALREADY_BOOKED, NO_ROOM, SEAT_CAP or NOT_SAVED
+    outcome: str  # CONFIRMED, ALREADY_BOOKED, NO_ROOM, SEAT_CAP, BUYER_REQUIRED or NOT_SAVED
     reservation: Reservation | None = None  # the confirmed row: this booking's, or the token's earlier one
     seats_free: int = 0  # NO_ROOM: seats Postgres still has; SEAT_CAP: seats the buyer may still book
 
@@ -106,7 +107,8 @@ def _record(b: Booking) -> Decision:
 
     One INSERT: a trigger moves the event's seat ledger in the same statement, and
     the ledger's CHECK (never_oversold) refuses the row when Postgres has no room;
-    the same trigger refuses a buyer past the event's seat cap (seat_cap).
+    the same trigger refuses a buyer past the event's seat cap (seat_cap), and a
+    booking that names no buyer on an event that caps them (buyer_required).
     """
     try:
         with _one_statement():
@@ -127,6 +129,8 @@ def _record(b: Booking) -> Decision:
     if "never_oversold" in str(refused):
         total, sold = Event.objects.values_list("total_seats", "seats_sold").get(event_id=b.event_id)
         return _void(b, Decision(NO_ROOM, seats_free=total - sold))
+    if "buyer_required" in str(refused):
+        return _void(b, Decision(BUYER_REQUIRED))
     if "seat_cap" in str(refused):
         return _void(b, Decision(SEAT_CAP, seats_free=seats_allowed(b.event_id, b.user_id, b.buyer_email)))
     # This id was decided before, or the token already holds a confirmed reservation
@@ -369,6 +373,8 @@ def booking_reserve(
         log.warning("booking %s refused; its outbox entry stays: %s", b.reservation_id, exc)
     if decision.outcome == ALREADY_BOOKED:
         raise _already_booked(str(decision.reservation.reservation_id))
+    if decision.outcome == BUYER_REQUIRED:
+        raise DomainError(BUYER_REQUIRED, _REFUSALS[BUYER_REQUIRED])
     if decision.outcome == SEAT_CAP:
         raise DomainError(
             "SEAT_CAP",

@@ -13,8 +13,10 @@
 -- An event may ask more of a new place (docs/fairness.md), each read from meta:
 -- requireAccount: a signed-in account, which holds one live place (asking again
 -- answers that place, HELD); maxPerAddress (events without accounts): at most that
--- many live places per client address (TOO_MANY_PLACES); proofOfWork: a solved
--- challenge, used once (PROOF_OF_WORK). Only these events keep something per
+-- many live places per client address (an IPv4 address or an IPv6 /64), and
+-- ARGV[12] times that per IPv6 /48 (TOO_MANY_PLACES); proofOfWork: a solved
+-- challenge, used once, issued when the event asked no less than it asks now
+-- (PROOF_OF_WORK). Only these events keep something per
 -- place: an owner's tokens, in the small hash its id picks (token -> owner). An
 -- owner's live places are those of its tokens still waiting or in their active
 -- window (a place booked in its window still counts: its holder has it).
@@ -37,6 +39,7 @@
 -- KEYS[12] pre    STRING  the pre-queue's tokens, 16 bytes each, by arrival number
 -- KEYS[13] bookedplaces STRING bitmap of the places whose token booked
 -- KEYS[14] nonces STRING  the random bytes of each number's token, 2 bytes a number
+-- KEYS[15] sitebucket HASH the owner hash of the client's IPv6 /48's tokens
 -- ARGV[1] rejoin: the old token, 16 raw bytes; join: ''
 -- ARGV[2] event id
 -- ARGV[3] the key's inner HMAC pad, 64 bytes
@@ -46,6 +49,10 @@
 -- ARGV[7] the verified solution's mark (an integer), or '' when none was sent
 -- ARGV[8] when KEYS[10] may expire (unix ms)
 -- ARGV[9] two random bytes for the new token
+-- ARGV[10] the difficulty the event asked when the solution's challenge was issued
+--          (signed in the challenge), or '' when none was sent
+-- ARGV[11] an IPv6 client's /48 (packed, 6 bytes), or ''
+-- ARGV[12] how many times the places per address a /48 may hold
 --
 -- An event with a scheduled start (meta opensAt, draw = PENDING; docs/draw.md): a
 -- join before the start enters the pre-queue, numbers 1..drawSize, drawn into the
@@ -58,7 +65,7 @@
 -- keeps its place {'WAITING'|'ACTIVE', 0, prequeue}; an account's live place {'HELD',
 -- 'WAITING'|'ACTIVE', token, prequeue}, where prequeue is 1 for a place of the
 -- pre-queue, else 0; {'ALREADY_BOOKED', 0, reservationId}; {'TOO_MANY_PLACES', cap};
--- {'PROOF_OF_WORK', 'missing'|'used'}; {'ACCOUNT_REQUIRED'}; {'EVENT_NOT_FOUND'};
+-- {'PROOF_OF_WORK', 'missing'|'used'|'easier'}; {'ACCOUNT_REQUIRED'}; {'EVENT_NOT_FOUND'};
 -- {'EVENT_CLOSED'}.
 -- Validates every key before its first write (Redis keeps the writes done before an
 -- error): a bad key fails the script with nothing changed.
@@ -126,8 +133,9 @@ local function held(i, owner)
   return kept
 end
 
--- Whose the new place is, and the owner hash it goes to (KEYS[index]; none: 0).
-local owner, index = '', 0
+-- Whose the new place is, and the owner hash it goes to (KEYS[index]; none: 0);
+-- an IPv6 client's place goes to its /48's owner hash too (site).
+local owner, index, site = '', 0, ''
 if meta[2] == '1' then
   if ARGV[5] == '' then return {'ACCOUNT_REQUIRED'} end
   owner, index = 'u' .. ARGV[5], 8
@@ -138,11 +146,18 @@ else
   if cap > 0 and ARGV[6] ~= '' then
     owner, index = 'a' .. ARGV[6], 9
     if #held(9, owner) >= cap then return {'TOO_MANY_PLACES', cap} end
+    if ARGV[11] ~= '' then
+      site = 'a' .. ARGV[11]
+      local site_cap = cap * (tonumber(ARGV[12]) or 1)
+      if #held(15, site) >= site_cap then return {'TOO_MANY_PLACES', site_cap} end
+    end
   end
 end
-local proof = (tonumber(meta[3] or 0) or 0) > 0
+local difficulty = tonumber(meta[3] or 0) or 0
+local proof = difficulty > 0
 if proof then
   if ARGV[7] == '' then return {'PROOF_OF_WORK', 'missing'} end
+  if (tonumber(ARGV[10]) or 0) < difficulty then return {'PROOF_OF_WORK', 'easier'} end
   if redis.call('SISMEMBER', KEYS[10], ARGV[7]) == 1 then return {'PROOF_OF_WORK', 'used'} end
 end
 
@@ -160,6 +175,7 @@ if into_pre and redis.call('STRLEN', KEYS[12]) ~= (tonumber(last) or 0) * 16 the
   error(KEYS[12] .. ' does not hold one token per number issued')
 end
 if index > 0 then redis.call('HLEN', KEYS[index]) end
+if site ~= '' then redis.call('HLEN', KEYS[15]) end
 if proof then redis.call('SCARD', KEYS[10]) end
 
 if closing then redis.call('HSET', KEYS[1], 'drawSize', size) end
@@ -184,6 +200,7 @@ local token = nonce .. string.char(m[1], m[2], 0x80 + m[3] % 16, m[4], 0x80 + m[
 redis.call('SETRANGE', KEYS[14], seq * 2 - 2, ARGV[9])
 if into_pre then redis.call('APPEND', KEYS[12], token) end
 if index > 0 then redis.call('HSET', KEYS[index], token, owner) end
+if site ~= '' then redis.call('HSET', KEYS[15], token, site) end
 if proof then
   redis.call('SADD', KEYS[10], ARGV[7])
   redis.call('PEXPIREAT', KEYS[10], ARGV[8])

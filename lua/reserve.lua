@@ -1,7 +1,10 @@
 -- Book seats for an active token: every check and the decrement in one step, so
 -- two requests can never both take the last seat.
--- Checks, in this order: event OPEN; token not booked before; token ACTIVE and
--- its window not passed; 1 <= seats <= the event's most per booking; enough seats.
+-- Checks, in this order: event OPEN; an account when the event asks for one; a
+-- buyer (an account or an email) when it caps seats per buyer (Postgres counts
+-- them, booking_app/migrations/0006_buyer_required.py); token not booked before;
+-- token ACTIVE and its window not passed; 1 <= seats <= the event's most per
+-- booking; enough seats.
 -- A token is active when its place was admitted by a tick whose window has not
 -- passed (the admission log, lua/lib/line.lua), its person did not leave, and it
 -- has not booked.
@@ -13,7 +16,7 @@
 -- Validates every key before its first write: a key of the wrong type is an error
 -- that changes nothing.
 --
--- KEYS[1] meta    HASH    status, gen, maxPerBooking, requireAccount, draw, drawSize
+-- KEYS[1] meta    HASH    status, gen, maxPerBooking, requireAccount, draw, drawSize, maxPerBuyer
 -- KEYS[2] windows ZSET    the admission log
 -- KEYS[3] booked  STRING  reservation id, once this token has booked ('-' and an id:
 --                         a booking that was not saved, which does not stop another)
@@ -36,15 +39,16 @@
 --
 -- Returns {'OK', seatsLeft, outboxEntryId, windowEnd} or {refusal, detail} where
 -- refusal is EVENT_NOT_FOUND, EVENT_CLOSED, ALREADY_BOOKED (detail = reservation
--- id), ACCOUNT_REQUIRED, NOT_ACTIVE, VALIDATION_ERROR (detail = most per booking), SOLD_OUT or
--- INSUFFICIENT_SEATS (detail = seats left).
+-- id), ACCOUNT_REQUIRED, BUYER_REQUIRED, NOT_ACTIVE, VALIDATION_ERROR (detail = most
+-- per booking), SOLD_OUT or INSUFFICIENT_SEATS (detail = seats left).
 -- needs: line
 local meta = redis.call('HMGET', KEYS[1], 'status', 'maxPerBooking', 'requireAccount', 'gen', 'draw',
-  'drawSize')
+  'drawSize', 'maxPerBuyer')
 if not meta[1] then return {'EVENT_NOT_FOUND'} end
 if meta[1] ~= 'OPEN' then return {'EVENT_CLOSED'} end
 local account = ARGV[7] or ''
 if meta[3] == '1' and account == '' then return {'ACCOUNT_REQUIRED'} end
+if (tonumber(meta[7] or 0) or 0) > 0 and account == '' and ARGV[6] == '' then return {'BUYER_REQUIRED'} end
 
 local booked = redis.call('GET', KEYS[3])
 if booked and booked:sub(1, 1) ~= '-' then return {'ALREADY_BOOKED', booked} end

@@ -17,7 +17,7 @@ from rest_framework.response import Response
 from queue_app import draw, proof, services
 from queue_app.models import EVENT_ID_PATTERN
 from ticketing.api import Endpoint, StrictField, responses
-from ticketing.ratelimit import JoinThrottle, LeaveThrottle, client_address
+from ticketing.ratelimit import ChallengeThrottle, JoinThrottle, LeaveThrottle, client_address
 
 
 def client_of(request: Request) -> services.Client:
@@ -25,13 +25,13 @@ def client_of(request: Request) -> services.Client:
     session (on this lane only: the fast lane hands requests with a session to it),
     and the client address."""
     account = Endpoint.account_id(request)
-    return services.Client(
-        account="" if account is None else str(account), address=client_address(request.META)
-    )
+    address, site = client_address(request.META)
+    return services.Client(account="" if account is None else str(account), address=address, site=site)
 
 
 def anonymous_client(meta: Mapping) -> services.Client:
-    return services.Client(address=client_address(meta))
+    address, site = client_address(meta)
+    return services.Client(address=address, site=site)
 
 
 @extend_schema_field(
@@ -274,12 +274,13 @@ class ChallengeView(Endpoint):
     """A proof-of-work challenge for a join (queue_app/proof.py)."""
 
     Input, Output, source = EventInput, ChallengeOutput, "query"
+    throttle_classes = [ChallengeThrottle]
     fast_service = staticmethod(services.aqueue_challenge)
 
     @extend_schema(
         operation_id="queue_challenge",
         parameters=[EventInput],
-        responses=responses(ChallengeOutput, "VALIDATION_ERROR", "EVENT_NOT_FOUND"),
+        responses=responses(ChallengeOutput, "VALIDATION_ERROR", "EVENT_NOT_FOUND", "RATE_LIMIT"),
     )
     def get(self, request: Request) -> Response:
         return self.answer(services.queue_challenge(**self.validated(request)))

@@ -8,9 +8,12 @@ asking for thousands of places does. An event turns it on with a difficulty
 The challenge is deterministic: the server picks the counter (around the difficulty)
 and signs both the challenge and the key it derives, so verifying is two HMACs and
 never a derivation. Everything the check needs travels with the payload (signed
-expiry, the event it was issued for): verification keeps no state except that each
-solution works once, which the join script records (lua/join.lua) until the
-challenge expires.
+expiry, the event it was issued for, the difficulty that event asked then):
+verification keeps no state except that each solution works once, which the join
+script records (lua/join.lua) until the challenge expires. The join script also
+refuses a solution whose challenge was easier than the event asks now: otherwise
+challenges fetched by the thousand before the operator turned proof of work on (the
+easiest, solved in 0.1 ms) would buy places for five minutes after.
 """
 
 import secrets
@@ -48,17 +51,18 @@ def _forget_secrets(*, setting: str, **kwargs: object) -> None:
 
 
 def challenge(event_id: str, difficulty: int) -> dict:
-    """A new challenge for one event, as the widget and `altcha.solve_challenge` read
+    """A new challenge for one event at the difficulty it asks now (0: none, when
+    the challenge is the easiest), as the widget and `altcha.solve_challenge` read
     it. The counter is drawn from [difficulty/2, 3*difficulty/2]: a mean of
     `difficulty` tries, and never more than half again."""
-    difficulty = max(difficulty, 1)
+    tries = max(difficulty, 1)
     key, derived_key = _secrets()
     made = altcha.create_challenge(
         ALGORITHM,
         1,
-        counter=difficulty // 2 + secrets.randbelow(difficulty + 1),
+        counter=tries // 2 + secrets.randbelow(tries + 1),
         expires_at=int(time.time()) + VALID_SECONDS,
-        data={"event": event_id},
+        data={"event": event_id, "difficulty": difficulty},
         hmac_secret=key,
         hmac_key_secret=derived_key,
     )
@@ -67,10 +71,12 @@ def challenge(event_id: str, difficulty: int) -> dict:
 
 @dataclass(frozen=True, slots=True)
 class Proof:
-    """A verified solution: what marks it used, and until when it could be used."""
+    """A verified solution: what marks it used, until when it could be used, and
+    the difficulty its event asked when the challenge was issued."""
 
     mark: bytes  # 8 bytes of the challenge's random nonce
     expires_at: int  # unix seconds
+    difficulty: int
 
     @property
     def member(self) -> int:
@@ -102,9 +108,11 @@ def verify(event_id: str, payload: str) -> Proof:
     params = parsed.challenge.parameters
     if result.expired:
         raise _refused("The challenge expired; solve a new one.")
-    if not result.verified or params.data != {"event": event_id} or not isinstance(params.expires_at, int):
+    data = params.data if isinstance(params.data, dict) else {}
+    if not result.verified or data.get("event") != event_id or not isinstance(params.expires_at, int):
         raise _refused("The proof of work does not solve a challenge issued for this event.")
-    return Proof(bytes.fromhex(params.nonce)[:8], params.expires_at)
+    # (Signed, so ours: a challenge issued before they carried it is taken as the easiest.)
+    return Proof(bytes.fromhex(params.nonce)[:8], params.expires_at, int(data.get("difficulty", 0)))
 
 
 def _refused(message: str) -> DomainError:

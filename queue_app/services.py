@@ -110,10 +110,12 @@ class Joined:
 @dataclass(frozen=True, slots=True)
 class Client:
     """Who asks for a place, for the event's protections (lua/join.lua): the
-    signed-in account, and the client address (ticketing.ratelimit.packed_net)."""
+    signed-in account, the client address and an IPv6 client's /48
+    (ticketing.ratelimit.client_address)."""
 
     account: str = ""
     address: bytes = b""
+    site: bytes = b""
 
 
 def _join_call(event_id: str, token: Token | None, proof: str | None, client: Client) -> Call:
@@ -132,19 +134,24 @@ def _join_script_call(
     else:
         issued(event_id, token)
         old, booked = token.raw, k.booked(token.text)
-    mark, proofs, proofs_until = "", k.meta, 0
+    mark, proofs, proofs_until, difficulty = "", k.meta, 0, ""
     if solved is not None:
         mark, proofs = str(solved.member), k.proofs(solved.mark, solved.expires_at)
         proofs_until = (solved.expires_at // 60 + 1) * 60_000 + 1_000
+        difficulty = solved.difficulty
     account = client.account.encode()
     account_bucket = k.owned(b"u" + account) if account else k.meta
     address_bucket = k.owned(b"a" + client.address) if client.address else k.meta
+    site_bucket = k.site_owned(b"a" + client.site) if client.site else k.meta
     keys = [
         k.meta, k.seq, k.left, k.leftpre, k.windows, booked, k.popped, account_bucket, address_bucket, proofs,
-        k.drawpos, k.pre, k.booked_places, k.nonces,
+        k.drawpos, k.pre, k.booked_places, k.nonces, site_bucket,
     ]  # fmt: skip
     ipad, opad = tokens.keys()[0].pads
-    args = [old, event_id, ipad, opad, account, client.address, mark, proofs_until, tokens.new_nonce()]
+    args = [
+        old, event_id, ipad, opad, account, client.address, mark, proofs_until, tokens.new_nonce(),
+        difficulty, client.site, settings.IPV6_48_LIMIT_FACTOR,
+    ]  # fmt: skip
     return "join", keys, args
 
 
@@ -181,6 +188,8 @@ def _joined(event_id: str, token: Token | None, reply: list) -> Joined:
         )
     if rest[0] == b"used":
         raise DomainError("PROOF_OF_WORK", "This proof of work was used before; solve a new challenge.")
+    if rest[0] == b"easier":
+        raise DomainError("PROOF_OF_WORK", "The event now asks more proof of work; solve a new challenge.")
     raise DomainError("PROOF_OF_WORK", "This event needs a proof of work: GET /api/queue/challenge.")
 
 
@@ -497,6 +506,7 @@ def queue_join_many(*, event_id: str, count: int, chunk: int = 10_000, distinct:
     event's protections would keep them; the proofs are not verified here)."""
     r.load("join")
     expires = int(time.time()) + queue_proof.VALID_SECONDS
+    difficulty = int(r.client().hget(r.event_keys(event_id).meta, "proofOfWork") or 0)
     n = 0
     while count > 0:
         pipe = r.event_pipeline(event_id)
@@ -504,7 +514,7 @@ def queue_join_many(*, event_id: str, count: int, chunk: int = 10_000, distinct:
             n += 1
             solved, client = None, _ANYONE
             if distinct:
-                solved = queue_proof.Proof(os.urandom(8), expires)
+                solved = queue_proof.Proof(os.urandom(8), expires, difficulty)
                 client = Client(address=(0x0B000000 + n).to_bytes(4, "big"))
             r.run(*_join_script_call(event_id, None, solved, client), on=pipe)
         count -= len(pipe.execute())
@@ -539,6 +549,7 @@ def event_publish(event: Event, *, sold: int = 0) -> int:
         "requireAccount": int(event.require_account),
         "proofOfWork": event.proof_of_work,
         "maxPerAddress": event.max_places_per_address,
+        "maxPerBuyer": event.max_seats_per_buyer,
     }
     pairs = [x for item in fields.items() for x in item]
     # A start whose draw has happened is history: a line rebuilt after it (a reset,

@@ -18,7 +18,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
 
 from ticketing import redis as r
-from ticketing.ratelimit import client_ip, client_net
+from ticketing.ratelimit import client_limit_call
 
 
 class SignInForm(AuthenticationForm):
@@ -36,12 +36,12 @@ class SignInForm(AuthenticationForm):
 
     def clean(self) -> dict:
         """Count the attempt first: password guessing is limited per client (an IPv4
-        address or an IPv6 /64) and minute, right passwords included, so a script
-        learns nothing from which attempts were refused."""
+        address, or an IPv6 /64 and its /48: ticketing.ratelimit.client_units) and
+        minute, right passwords included, so a script learns nothing from which
+        attempts were refused."""
         per_minute = settings.RATE_LIMIT_SIGN_IN
         if per_minute > 0 and self.request is not None:
-            counter = r.ratelimit_key("sign-in", client_net(client_ip(self.request.META)))
-            allowed, _reset_ms = r.run("ratelimit", [counter], [per_minute, 60_000])
+            allowed, _reset_ms = r.run(*client_limit_call("sign-in", self.request.META, per_minute, 60_000))
             if not allowed:
                 raise forms.ValidationError(
                     _("Too many sign-in attempts from your network. Try again in a minute."),

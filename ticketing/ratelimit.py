@@ -66,41 +66,57 @@ def client_ip(meta: Mapping) -> str:
 
 
 @lru_cache(maxsize=65536)
-def client_net(address: str) -> str:
-    """The unit one person controls: an IPv4 address, or an IPv6 /64 (a home or a
-    phone is handed a whole /64, 2^64 addresses to rotate through). IPv4-mapped
-    IPv6 (::ffff:a.b.c.d) is the IPv4 address it maps."""
+def client_units(address: str) -> tuple[str, ...]:
+    """What one client is counted as, narrowest first (docs/fairness.md: Who is a
+    client): an IPv4 address; or an IPv6 /64 (a home or a phone is handed a whole
+    /64, 2^64 addresses to rotate through) and its /48 (a site: a tunnel broker
+    hands out /48s for free, 65,536 /64s each), which count with limits of their
+    own. IPv6 that carries an IPv4 address (IPv4-mapped ::ffff:0:0/96, 6to4
+    2002::/16, Teredo 2001::/32) is that IPv4 address: whoever holds the IPv4
+    address holds them all."""
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
-        return address
-    if ip.version == 6:
-        if ip.ipv4_mapped is not None:
-            return str(ip.ipv4_mapped)
-        return str(ipaddress.IPv6Network((ip, 64), strict=False))
-    return str(ip)
+        return (address,)
+    if ip.version == 4:
+        return (str(ip),)
+    carried = ip.ipv4_mapped or ip.sixtofour or (ip.teredo[1] if ip.teredo else None)
+    if carried is not None:
+        return (str(carried),)
+    return tuple(str(ipaddress.IPv6Network((ip, bits), strict=False)) for bits in (64, 48))
+
+
+def client_limit_call(scope: str, meta: Mapping, limit: int, window_ms: int) -> tuple[str, list[str], list]:
+    """lua/ratelimit.lua counting the request's client in each of its units, for
+    `r.run`: `limit` in its own, IPV6_48_LIMIT_FACTOR times it in its /48."""
+    units = client_units(client_ip(meta))
+    site = [limit * settings.IPV6_48_LIMIT_FACTOR] if len(units) > 1 else []
+    return "ratelimit", r.ratelimit_keys(scope, units), [limit, window_ms, *site]
 
 
 @lru_cache(maxsize=65536)
 def packed_net(net: str) -> bytes:
-    """`client_net` in its few bytes (4 for IPv4, 8 for an IPv6 /64): what the join
-    script keeps per client address."""
+    """A unit of `client_units` in its few bytes (4 for IPv4, 8 for an IPv6 /64, 6
+    for a /48): what the join script keeps per client address."""
     try:
-        return ipaddress.ip_network(net).network_address.packed[:8]
+        network = ipaddress.ip_network(net)
     except ValueError:
         return net.encode()  # not an address (a test client, a Unix socket): as it is
+    return network.network_address.packed[: network.prefixlen // 8]
 
 
-def client_address(meta: Mapping) -> bytes:
-    """The request's client, as `packed_net`."""
-    return packed_net(client_net(client_ip(meta)))
+def client_address(meta: Mapping) -> tuple[bytes, bytes]:
+    """The request's client for the join's cap on places (`packed_net`): its address
+    (IPv4, or IPv6 /64), and its IPv6 /48 (b"" for IPv4)."""
+    units = [packed_net(unit) for unit in client_units(client_ip(meta))]
+    return units[0], units[1] if len(units) > 1 else b""
 
 
 class RedisRateThrottle(BaseThrottle):
-    """A DRF throttle counted by lua/ratelimit.lua: per client (an IPv4 address or
-    an IPv6 /64, see `client_net`) and scope, per second, shared by every app
-    server. The limit is a setting read on each request (0 turns it off). The fast
-    lane runs the same count with `acheck`."""
+    """A DRF throttle counted by lua/ratelimit.lua: per client (`client_units`: an
+    IPv4 address, or an IPv6 /64 and its /48) and scope, per second, shared by every
+    app server. The limit is a setting read on each request (0 turns it off). The
+    fast lane runs the same count with `acheck`."""
 
     scope: ClassVar[str]
     setting: ClassVar[str]
@@ -109,7 +125,8 @@ class RedisRateThrottle(BaseThrottle):
         per_second = getattr(settings, self.setting)
         if per_second <= 0:
             return None
-        who = client_net(client_ip(meta)) if who is None else who
+        if who is None:
+            return client_limit_call(self.scope, meta, per_second, WINDOW_MS)
         return "ratelimit", [r.ratelimit_key(self.scope, who)], [per_second, WINDOW_MS]
 
     def who(self, request: Request) -> str | None:
@@ -140,6 +157,13 @@ class RedisRateThrottle(BaseThrottle):
 
 class JoinThrottle(RedisRateThrottle):
     scope, setting = "join", "RATE_LIMIT_JOIN"  # join and rejoin share it, as in the seed
+
+
+class ChallengeThrottle(RedisRateThrottle):
+    """Proof-of-work challenges per client: each costs a signature, and a script
+    should not stock up on them."""
+
+    scope, setting = "challenge", "RATE_LIMIT_CHALLENGE"
 
 
 class LeaveThrottle(RedisRateThrottle):

@@ -348,9 +348,24 @@ def ratelimit_key(scope: str, client: str) -> str:
     return f"ticket:ratelimit:{scope}:{client}"
 
 
+def ratelimit_keys(scope: str, units: tuple[str, ...]) -> list[str]:
+    """The counters of a client counted in several units, narrowest first (an IPv6
+    /64, then its /48): under one hash tag, the widest unit, so that one script
+    counts them together on a Redis Cluster. One unit: `ratelimit_key`."""
+    if len(units) == 1:
+        return [ratelimit_key(scope, units[0])]
+    tagged = ratelimit_key(scope, f"{{{units[-1]}}}")
+    return [f"{tagged}:{unit}" for unit in units[:-1]] + [tagged]
+
+
 def key(event_id: str, *parts: str) -> str:
     """`ticket:{<eventId>}:<entity>[:<id>]`, the naming rule of DESIGN.md."""
     return f"ticket:{{{event_id}}}:" + ":".join(parts)
+
+
+def _bucket(owner: bytes) -> str:
+    """Which of the 65,536 owner hashes an owner's id picks."""
+    return (zlib.crc32(owner) & 0xFFFF).to_bytes(OWNER_BUCKET_BYTES, "big").hex()
 
 
 @lru_cache(maxsize=4096)
@@ -387,6 +402,7 @@ class EventKeys:
         "live",
         "metrics",
         "bucket_prefix",
+        "site_bucket_prefix",
         "proofs_prefix",
         "pre",
         "drawpos",
@@ -445,13 +461,19 @@ class EventKeys:
         self.drawpos = key(event_id, "queue", "drawpos")
         self.draw_claim = key(event_id, "queue", "draw", "claim")
         self.bucket_prefix = key(event_id, "tokens", "")
+        self.site_bucket_prefix = key(event_id, "tokens", "site", "")
         self.proofs_prefix = key(event_id, "proofs", "")
 
     def owned(self, owner: bytes) -> str:
         """The hash of an owner's tokens (an account's, or a client address's), on
         an event that counts places per owner (lua/join.lua): small hashes, in
         Redis' compact encoding, whichever an owner's id picks."""
-        return self.bucket_prefix + (zlib.crc32(owner) & 0xFFFF).to_bytes(OWNER_BUCKET_BYTES, "big").hex()
+        return self.bucket_prefix + _bucket(owner)
+
+    def site_owned(self, owner: bytes) -> str:
+        """`owned`, for the tokens of an IPv6 /48: a family of hashes of its own, so
+        that a token's entry for its /64 and for its /48 never meet in one hash."""
+        return self.site_bucket_prefix + _bucket(owner)
 
     def proofs(self, mark: bytes, expires_at: int) -> str:
         """The set of the proof-of-work solutions used, of challenges expiring in the

@@ -224,13 +224,19 @@ TOTAL_SEATS = _int("TOTAL_SEATS", 100)
 EVENT_PURGE_AFTER_SECONDS = _int("EVENT_PURGE_AFTER_SECONDS", 86_400)
 
 # Requests per client per second (the seed: join/rejoin 10, leave 5); a client is
-# an IPv4 address or an IPv6 /64 (ticketing/ratelimit.py: client_net).
+# an IPv4 address or an IPv6 /64, counted in its /48 too (ticketing/ratelimit.py:
+# client_units).
 RATE_LIMIT_JOIN = _int("RATE_LIMIT_JOIN", 10)
 RATE_LIMIT_LEAVE = _int("RATE_LIMIT_LEAVE", 5)
+# Proof-of-work challenges per client per second (a page fetches one per join).
+RATE_LIMIT_CHALLENGE = _int("RATE_LIMIT_CHALLENGE", 10)
 # Bookings per client address, and per token, per second (0: off).
 RATE_LIMIT_BOOKING = _int("RATE_LIMIT_BOOKING", 10)
 RATE_LIMIT_BOOKING_TOKEN = _int("RATE_LIMIT_BOOKING_TOKEN", 2)
 RATE_LIMIT_SIGN_IN = _int("RATE_LIMIT_SIGN_IN", 10)  # per client and minute: password guessing
+# An IPv6 /48 (a site: 65,536 /64s, free from tunnel brokers) may do this many times
+# what one client may: every limit per client, and an event's live places per address.
+IPV6_48_LIMIT_FACTOR = _int("IPV6_48_LIMIT_FACTOR", 8, minimum=1)
 # X-Forwarded-For is believed only when the peer is one of these.
 TRUSTED_PROXIES = _networks("TRUSTED_PROXIES")
 

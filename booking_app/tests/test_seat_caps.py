@@ -5,8 +5,10 @@ booking, so concurrent bookings of one buyer are counted one after the other
 whatever Redis let through; a refused booking gives its seats and its window back.
 """
 
+import threading
 import time
 import uuid
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import altcha
@@ -17,6 +19,7 @@ from django.contrib.auth import get_user_model
 from booking_app.buyers import email_key
 from booking_app.models import Reservation
 from booking_app.tests.conftest import admit_all, book, database_url_of_tests, seats_left
+from conftest import CheckedThread, event_state
 from queue_app import services as queue
 from queue_app.models import Event
 from ticketing import redis as r
@@ -30,6 +33,15 @@ from ticketing import redis as r
         ("  Kim@Example.COM ", "kim@example.com"),
         ("kim+x@example.com", "kim@example.com"),
         ("k.im@example.com", "k.im@example.com"),  # dots count outside Gmail
+        ('"foo"@example.com', "foo@example.com"),  # quotes are invisible (RFC 5322, 3.2.4)
+        ('"f\\oo"@example.com', "foo@example.com"),  # and so is a quoted pair's backslash
+        ('"Foo.Bar+x"@gmail.com', "foobar@gmail.com"),
+        ('"a b"@example.com', "a b@example.com"),  # no unquoted spelling: still one key
+        ("kim@bücher.de", "kim@xn--bcher-kva.de"),  # IDN domains as punycode
+        ("KIM@BÜCHER.DE", "kim@xn--bcher-kva.de"),
+        ("kim@XN--BCHER-KVA.de", "kim@xn--bcher-kva.de"),
+        ("foobar@ｇｍａｉｌ.com", "foobar@gmail.com"),  # IDNA maps full-width letters
+        ("not-an-address", "not-an-address"),
         ("", ""),
     ],
 )
@@ -120,6 +132,152 @@ def test_concurrent_bookings_of_one_buyer_never_pass_the_cap(postgres, gunicorn,
     assert codes == ["OK"] * 2 + ["SEAT_CAP"] * 18
     assert Event.objects.get(pk=event.pk).seats_sold == 4
     assert seats_left(event.event_id) == 96
+
+
+# Two mailboxes, each in the spellings a script would try (every one passes
+# buyerEmail's validation): case, quotes, dots and +tags at Gmail, Google's other
+# domain, full-width letters, an IDN domain as Unicode and as punycode.
+SPELLINGS = {
+    "foobar@gmail.com": [
+        "foobar@gmail.com",
+        "Foo.Bar@GMAIL.com",
+        '"foo.bar"@gmail.com',
+        '"foo\\.bar"@gmail.com',
+        "f.o.o.b.a.r+sale@googlemail.com",
+        "FOOBAR+1@GoogleMail.com",
+        "foobar@ｇｍａｉｌ.com",
+        '"FooBar+x"@gmail.com',
+    ],
+    "kim@xn--bcher-kva.de": [
+        "kim@bücher.de",
+        "KIM@BÜCHER.DE",
+        "kim@xn--bcher-kva.de",
+        '"kim"@XN--BCHER-KVA.de',
+        "kim+a@bücher.de",
+        "Kim+b@Bücher.DE",
+    ],
+}
+
+
+def _hot_sale(make_event, active_tokens, n: int) -> tuple[Event, list[str]]:
+    """A hot-sale event (4 seats per booking, so 4 per buyer) and `n` people in their
+    window (admitted before the preset turned proof of work on)."""
+    event = make_event(total_seats=100, max_seats_per_booking=4)
+    tokens = active_tokens(event, n)
+    event.apply_hot_sale()
+    event.save()
+    queue.event_publish(event)
+    assert event.max_seats_per_buyer == 4
+    return event, tokens
+
+
+def _book_at_once(base: str, event_id: str, bookings: list[tuple[str, dict]]) -> list[tuple[int, dict]]:
+    """Every (token, extra fields) booking of 2 seats at once, a thread each."""
+    start = threading.Barrier(len(bookings))
+    answers: list = [None] * len(bookings)
+
+    def send(i: int, token: str, extra: dict) -> None:
+        start.wait(timeout=30)
+        payload = {"token": token, "seatCount": 2, "eventId": event_id, **extra}
+        answers[i] = _post(base, "/api/booking", payload)
+
+    threads = [
+        CheckedThread(target=send, args=(i, token, extra), name=f"booking {i}")
+        for i, (token, extra) in enumerate(bookings)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return answers
+
+
+@pytest.mark.django_db(transaction=True)
+def test_one_mailbox_cannot_buy_past_the_cap_in_any_spelling_nor_without_one(
+    postgres, production_server, make_event, active_tokens
+):
+    """The issue's script on a hot-sale event, on the production server: fourteen
+    bookings naming two mailboxes in fourteen spellings, and four naming no buyer,
+    2 seats each, all at once. Each mailbox gets its 4 seats and no more; a booking
+    without a buyer is refused, and every refused booking's seats are back on sale."""
+    bookings = [{"buyerEmail": spelling} for spellings in SPELLINGS.values() for spelling in spellings]
+    bookings += [{}] * 4
+    event, tokens = _hot_sale(make_event, active_tokens, len(bookings))
+    answers = _book_at_once(production_server, event.event_id, list(zip(tokens, bookings, strict=True)))
+    bought: Counter = Counter()
+    refused: Counter = Counter()
+    for (status, body), extra in zip(answers, bookings, strict=True):
+        if status == 200:
+            bought[email_key(extra.get("buyerEmail", ""))] += body["data"]["seatCount"]
+        else:
+            refused[(status, body["error"]["code"], "buyerEmail" in extra)] += 1
+    assert bought == {mailbox: 4 for mailbox in SPELLINGS}
+    assert refused == {(409, "SEAT_CAP", True): 10, (400, "BUYER_REQUIRED", False): 4}
+    confirmed = Reservation.objects.filter(event=event, status=Reservation.Status.CONFIRMED)
+    assert Counter(row.buyer_key for row in confirmed for _ in range(row.seat_count)) == bought
+    assert Event.objects.get(pk=event.pk).seats_sold == 8
+    assert seats_left(event.event_id) == 92
+    assert r.client().xlen(r.EventKeys(event.event_id).outbox) == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_booking_without_a_buyer_on_a_capped_event_changes_nothing(
+    postgres, production_server, make_event, active_tokens
+):
+    event, (token,) = _hot_sale(make_event, active_tokens, 1)
+    before = event_state(event.event_id)
+    for buyer in ({}, {"buyerEmail": ""}, {"buyerEmail": None}, {"buyerName": "Kim"}):
+        payload = {"token": token, "seatCount": 1, "eventId": event.event_id, **buyer}
+        status, body = _post(production_server, "/api/booking", payload)
+        assert (status, body["success"], body["error"]["code"]) == (400, False, "BUYER_REQUIRED"), buyer
+    assert event_state(event.event_id) == before
+    assert not Reservation.objects.filter(event=event).exists()
+    # Naming the buyer, the same token books.
+    payload = {"token": token, "seatCount": 1, "eventId": event.event_id, "buyerEmail": "kim@example.com"}
+    assert _post(production_server, "/api/booking", payload)[0] == 200
+
+
+def test_a_signed_in_account_names_the_buyer(postgres, make_event, active_tokens, client, user):
+    """The account is the buyer: no email needed, and the account's cap holds."""
+    from conftest import Api
+
+    event, tokens = _hot_sale(make_event, active_tokens, 2)
+    client.force_login(user)
+    api = Api(client)
+    assert book(api, tokens[0], event.event_id, 3)[0] == 200
+    status, body = book(api, tokens[1], event.event_id, 2)
+    assert (status, body["error"]["code"], body["error"]["seatsAllowed"]) == (409, "SEAT_CAP", 1)
+
+
+def test_the_ledger_refuses_a_booking_without_a_buyer_that_redis_let_through(
+    postgres, make_event, active_tokens, api
+):
+    """Redis' copy of the event does not know the cap yet (published before it):
+    the seat ledger's trigger refuses the row, and the seats and the window go back."""
+    event, (token,) = _hot_sale(make_event, active_tokens, 1)
+    r.client().hdel(r.EventKeys(event.event_id).meta, "maxPerBuyer")
+    left = seats_left(event.event_id)
+    status, body = book(api, token, event.event_id, 2)
+    assert (status, body["error"]["code"]) == (400, "BUYER_REQUIRED")
+    assert seats_left(event.event_id) == left
+    assert queue.queue_poll(event_id=event.event_id, token=queue.parse_token(token)).status == "ACTIVE"
+    assert not Reservation.objects.filter(event=event, status=Reservation.Status.CONFIRMED).exists()
+    assert book(api, token, event.event_id, 2, buyerEmail="kim@example.com")[0] == 200
+
+
+def test_rows_written_before_the_rule_are_keyed_again(postgres, make_event):
+    """The migration that brought the rule keys earlier rows as it spells them now."""
+    import importlib
+
+    from django.apps import apps
+
+    migration = importlib.import_module("booking_app.migrations.0006_buyer_required")
+    event = make_event(total_seats=10)
+    written = {"buyer_email": '"Kim"@Bücher.de', "buyer_key": '"kim"@bücher.de'}  # the rule before
+    row = Reservation.objects.create(event=event, token=str(uuid.uuid4()), seat_count=1, **written)
+    migration.rekey(apps, None)
+    row.refresh_from_db()
+    assert row.buyer_key == "kim@xn--bcher-kva.de"
 
 
 def _solve(base: str, event_id: str, address: str) -> str:

@@ -7,6 +7,7 @@ import uuid
 
 import altcha
 import pytest
+import requests
 from django.contrib.auth import get_user_model
 
 from conftest import end_windows, event_state
@@ -70,10 +71,12 @@ def test_the_challenge_says_whether_the_event_asks_for_proof(lanes_api, make_eve
     plain, hot = make_event(), make_event(proof_of_work=2_000)
     status, body = lanes_api.call("get", f"/api/queue/challenge?eventId={plain.event_id}")
     assert status == 200 and body["data"]["required"] is False
+    assert body["data"]["challenge"]["parameters"]["data"] == {"event": plain.event_id, "difficulty": 0}
     status, body = lanes_api.call("get", f"/api/queue/challenge?eventId={hot.event_id}")
     assert status == 200 and body["data"]["required"] is True
     params = body["data"]["challenge"]["parameters"]
-    assert params["algorithm"] == "SHA-256" and params["data"] == {"event": hot.event_id}
+    # The event, and the difficulty it asked, signed with the challenge.
+    assert params["algorithm"] == "SHA-256" and params["data"] == {"event": hot.event_id, "difficulty": 2_000}
     assert lanes_api.call("get", "/api/queue/challenge?eventId=no-such-event")[1]["error"]["code"] == (
         "EVENT_NOT_FOUND"
     )
@@ -109,6 +112,63 @@ def test_a_reused_solution_wins_once_among_concurrent_joins(make_event):
     outcomes = at_once(8, lambda: services.queue_join(event_id=event.event_id, proof=payload))
     assert sorted(outcomes).count("PROOF_OF_WORK") == 7
     assert services.event_live_numbers(event.event_id)["waiting"] == 1
+
+
+def _served(base: str, event_id: str) -> str:
+    """`solve`, with the challenge fetched from a server."""
+    answer = requests.get(f"{base}/api/queue/challenge", params={"eventId": event_id}, timeout=10).json()
+    challenge = altcha.Challenge.from_dict(answer["data"]["challenge"])
+    return altcha.Payload(challenge, altcha.solve_challenge(challenge)).to_base64()
+
+
+def test_challenges_stocked_before_proof_of_work_was_on_are_refused_after(production_server, make_event):
+    """The review's script, on the production server: 30 challenges fetched while
+    the event asked no proof of work (the easiest: solved at once), then Hot sale
+    turns it on. Each of those solutions is refused and changes nothing (before: 24
+    of 30 joined); a challenge fetched now buys a place."""
+    event = make_event()
+    stocked = [_served(production_server, event.event_id) for _ in range(30)]
+    event.apply_hot_sale()
+    event.save()
+    services.event_publish(event)
+    before = event_state(event.event_id)
+    for payload in stocked:
+        answer = requests.post(
+            f"{production_server}/api/queue/join",
+            json={"eventId": event.event_id, "altcha": payload},
+            timeout=10,
+        )
+        assert (answer.status_code, answer.json()["error"]["code"]) == (403, "PROOF_OF_WORK")
+        assert "more proof of work" in answer.json()["error"]["message"]
+    assert event_state(event.event_id) == before
+    assert refused(event.event_id) == {"proof_of_work": 30}
+    payload = _served(production_server, event.event_id)
+    answer = requests.post(
+        f"{production_server}/api/queue/join", json={"eventId": event.event_id, "altcha": payload}, timeout=10
+    )
+    assert answer.status_code == 200, answer.text
+
+
+def test_a_challenge_holds_while_the_event_asks_no_more_than_when_it_was_issued(lanes_api, make_event):
+    event = make_event(proof_of_work=2_000)
+    harder = solve(event.event_id, lanes_api)
+    event.proof_of_work = 1_000
+    services.event_publish(event)
+    easier = solve(event.event_id, lanes_api)
+    assert join(lanes_api, event.event_id, altcha=harder)[0] == 200  # the event asks less now
+    event.proof_of_work = 2_000
+    services.event_publish(event)
+    before = event_state(event.event_id)
+    status, body = join(lanes_api, event.event_id, altcha=easier)
+    assert (status, body["error"]["code"]) == (403, "PROOF_OF_WORK")
+    assert event_state(event.event_id) == before
+    token = join(lanes_api, event.event_id, altcha=solve(event.event_id, lanes_api))[1]["data"]["token"]
+    lanes_api.leave(token, event.event_id)
+    before = event_state(event.event_id)
+    body = {"token": token, "eventId": event.event_id, "altcha": easier}  # a rejoin to the back, too
+    status, answer = lanes_api.call("post", "/api/queue/rejoin", body)
+    assert (status, answer["error"]["code"]) == (403, "PROOF_OF_WORK")
+    assert event_state(event.event_id) == before
 
 
 @pytest.mark.parametrize(

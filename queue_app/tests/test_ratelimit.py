@@ -4,6 +4,7 @@ import uuid
 import pytest
 
 from conftest import unknown_token
+from ticketing import ratelimit
 
 
 @pytest.fixture
@@ -45,6 +46,14 @@ def test_leave_allows_five_per_second(api, event, limits):
     for _ in range(5):
         assert api.leave(stranger, event.event_id, REMOTE_ADDR=ip)[0] == 200
     assert api.leave(stranger, event.event_id, REMOTE_ADDR=ip)[0] == 429
+
+
+def test_challenges_are_limited_per_client_on_both_lanes(lanes_api, event, limits):
+    limits.RATE_LIMIT_CHALLENGE = 3
+    ip = _ip()
+    path = f"/api/queue/challenge?eventId={event.event_id}"
+    assert [lanes_api.call("get", path, REMOTE_ADDR=ip)[0] for _ in range(4)] == [200, 200, 200, 429]
+    assert lanes_api.last["Retry-After"] == "1"
 
 
 def test_the_limit_is_configurable(api, event, limits):
@@ -119,3 +128,62 @@ def test_refused_joins_are_counted_per_event_and_reason(api, event, limits, rc):
     nowhere = f"nope-{uuid.uuid4().hex[:10]}"
     assert api.rejoin(str(uuid.uuid4()), nowhere)[1]["error"]["code"] == "INVALID_TOKEN"
     assert not rc.exists(r.event_keys(nowhere).refused)
+
+
+def _48() -> str:
+    n = uuid.uuid4().int
+    return f"2001:db8:{n % 65536:x}"
+
+
+def test_an_ipv6_48_is_counted_too_with_a_higher_limit_of_its_own(lanes_api, event, limits):
+    """A /48 is 65,536 /64s (a tunnel broker hands one out for free): each /64 may
+    join 10 a second, the /48 twice that (IPV6_48_LIMIT_FACTOR = 2 here)."""
+    limits.IPV6_48_LIMIT_FACTOR = 2
+    site = _48()
+    answers = [lanes_api.join(event.event_id, REMOTE_ADDR=f"{site}:{i:x}::1")[0] for i in range(25)]
+    assert answers == [200] * 20 + [429] * 5
+    assert lanes_api.join(event.event_id, REMOTE_ADDR=f"{_48()}:1::1")[0] == 200  # another /48
+
+
+def test_a_refused_request_uses_up_nothing(api, event, limits):
+    """A /64 past its own limit does not eat what the rest of its /48 may do."""
+    limits.IPV6_48_LIMIT_FACTOR = 2
+    site = _48()
+    for _ in range(30):
+        api.join(event.event_id, REMOTE_ADDR=f"{site}:1::1")  # 10 allowed, 20 refused
+    assert [api.join(event.event_id, REMOTE_ADDR=f"{site}:2::1")[0] for _ in range(10)] == [200] * 10
+
+
+def _ipv4_in_6to4(ip: str) -> str:
+    return str(ipaddress.IPv6Address(0x2002 << 112 | int(ipaddress.IPv4Address(ip)) << 80 | 1))
+
+
+def _ipv4_in_teredo(ip: str) -> str:
+    """A Teredo address (2001::/32): server 192.0.2.1, a port, and the client's IPv4
+    address with its bits flipped."""
+    server, port = int(ipaddress.IPv4Address("192.0.2.1")), uuid.uuid4().int % 65536
+    flipped = ~int(ipaddress.IPv4Address(ip)) & 0xFFFFFFFF
+    return str(ipaddress.IPv6Address(0x20010000 << 96 | server << 64 | port << 32 | flipped))
+
+
+def test_6to4_and_teredo_are_counted_as_the_ipv4_address_they_carry(lanes_api, event, limits):
+    ip = _ip()
+    for address in [ip] * 4 + [_ipv4_in_6to4(ip)] * 3 + [_ipv4_in_teredo(ip)] * 3:
+        assert lanes_api.join(event.event_id, REMOTE_ADDR=address)[0] == 200
+    for address in (ip, _ipv4_in_6to4(ip), _ipv4_in_teredo(ip)):
+        assert lanes_api.join(event.event_id, REMOTE_ADDR=address)[0] == 429
+
+
+@pytest.mark.parametrize(
+    ("address", "units"),
+    [
+        ("198.51.100.7", ("198.51.100.7",)),
+        ("::ffff:198.51.100.7", ("198.51.100.7",)),
+        ("2002:c633:6407::1", ("198.51.100.7",)),  # 6to4
+        ("2001:0:c000:201:0:f00d:39cc:9bf8", ("198.51.100.7",)),  # Teredo
+        ("2001:db8:1:2:3:4:5:6", ("2001:db8:1:2::/64", "2001:db8:1::/48")),
+        ("not an address", ("not an address",)),
+    ],
+)
+def test_a_client_is_counted_as_these_units(address, units):
+    assert ratelimit.client_units(address) == units

@@ -777,7 +777,7 @@ def test_a_challenge_answers_the_same_on_both_lanes(lanes, make_event, difficult
     status, body = on_both_lanes(lanes, lambda: call, varying=CHALLENGE_PARTS)
     data = body["data"]
     assert (status, data["required"]) == (200, difficulty > 0)
-    assert data["challenge"]["parameters"]["data"] == {"event": event.event_id}
+    assert data["challenge"]["parameters"]["data"] == {"event": event.event_id, "difficulty": difficulty}
 
 
 # --- The bad-input table ---------------------------------------------------------------

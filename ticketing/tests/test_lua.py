@@ -192,6 +192,17 @@ def test_keys_of_an_event_share_one_cluster_slot():
         k.pre,
         k.drawpos,
         k.owned(b"u42"),
+        k.site_owned(b"a\x20\x01\x0d\xb8\x00\x01"),
         k.booked(str(uuid.uuid4())),
     ]
     assert len({key_slot(n.encode()) for n in names}) == 1
+
+
+def test_the_rate_counters_of_one_client_share_one_cluster_slot():
+    """lua/ratelimit.lua counts a /64 and its /48 in one script."""
+    from redis.crc import key_slot
+
+    from ticketing.ratelimit import client_units
+
+    names = r.ratelimit_keys("join", client_units("2001:db8:1:2::3"))
+    assert len(names) == 2 and len({key_slot(n.encode()) for n in names}) == 1

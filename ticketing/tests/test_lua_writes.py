@@ -93,6 +93,18 @@ def crowd_capped(make_event: Callable[..., Event]) -> World:
     return _protected(crowd(make_event), max_places_per_address=2)
 
 
+def crowd_capped_ipv6(make_event: Callable[..., Event]) -> World:
+    """crowd_capped, joined from an IPv6 /64, whose /48 is counted too."""
+    world = crowd_capped(make_event)
+    n = uuid.uuid4().int
+    world.extra["client"] = services.Client(
+        "",
+        (0x20010DB8 << 32 | n % 2**32).to_bytes(8, "big"),
+        (0x20010DB8 << 16 | n % 2**16).to_bytes(6, "big"),
+    )
+    return world
+
+
 def _protected(world: World, **protections: object) -> World:
     event = world.event
     for name, value in {"proof_of_work": 1, **protections}.items():
@@ -219,6 +231,16 @@ def crowd_rate_limited(make_event: Callable[..., Event]) -> World:
     """The crowd, and one client address that has made 3 joins this second."""
     world = crowd(make_event)
     world.extra["meta"] = {"REMOTE_ADDR": f"10.{uuid.uuid4().int % 250}.0.{uuid.uuid4().int % 250}"}
+    for _ in range(3):
+        limit(world)
+    return world
+
+
+def crowd_rate_limited_ipv6(make_event: Callable[..., Event]) -> World:
+    """The crowd, and one IPv6 client (a /64 and its /48) that has made 3 joins this second."""
+    world = crowd(make_event)
+    n = uuid.uuid4().int
+    world.extra["meta"] = {"REMOTE_ADDR": f"2001:db8:{n % 65536:x}:{n // 65536 % 65536:x}::1"}
     for _ in range(3):
         limit(world)
     return world
@@ -373,6 +395,7 @@ CASES = [
     Case("join", crowd_new_person, join, keys=(1, 2, 6, 7, 8, 9, 10, 14), counters=(2, 7)),
     Case("join", crowd_account, join_protected, keys=(1, 2, 6, 7, 8, 10, 14), counters=(2, 7)),
     Case("join", crowd_capped, join_protected, keys=(1, 2, 6, 7, 9, 10, 14), counters=(2, 7)),
+    Case("join", crowd_capped_ipv6, join_protected, keys=(1, 2, 6, 7, 9, 10, 14, 15), counters=(2, 7)),
     Case("join", crowd_window_passed, rejoin, keys=(1, 2, 3, 5, 6, 7, 8, 9, 10, 14), counters=(2, 7)),
     # F5 in the window: the booked places (13) say it has not booked.
     Case("join", crowd_active, rejoin, keys=(1, 3, 5, 6, 7, 13, 14), counters=(7,)),
@@ -395,6 +418,7 @@ CASES = [
     Case("draw_close", drawing, close_pre_queue, keys=(1, 2, 3, 4), counters=(2, 3)),
     Case("draw_done", drawn_but_not_switched, switch, keys=tuple(range(1, 9)), counters=(7,)),
     Case("ratelimit", crowd_rate_limited, limit, keys=(1,), counters=(1,)),
+    Case("ratelimit", crowd_rate_limited_ipv6, limit, keys=(1, 2), counters=(1, 2)),
     Case("reserve", booking_stranded, reserve, keys=(1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12), counters=(4, 6, 9)),
     Case(
         "reserve", drawn_stranded, reserve, keys=(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12), counters=(4, 6, 9)
