@@ -371,7 +371,9 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
 }
 
-# The seed's body limit (express.json({limit: '10kb'})).
+# The seed's body limit (express.json({limit: '10kb'})), for every body whatever its
+# type: the ASGI layer refuses a larger one (413) before Django sees it
+# (ticketing/fastlane.py). No form here uploads files.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024
 
 REST_FRAMEWORK = {

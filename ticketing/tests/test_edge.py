@@ -1,0 +1,133 @@
+"""The server's edge, through gunicorn as the Procfile runs it: requests that stall,
+that are too large, malformed or addressed to another host, and a Redis that
+restarts under it.
+
+- Bodies: the ASGI layer reads every body whole, within the limit (10 KB), before
+  anything reaches Django's thread pool, so a client that stalls holds a coroutine,
+  never a thread: under 32 stalled bodies of each kind (JSON, form, multipart,
+  chunked) and 50 stalled heads, /health, a page, a join and a booking each answer
+  within a second. A body declared or sent over the limit is refused 413 at once.
+"""
+
+import json
+import socket
+import time
+
+import pytest
+import requests
+
+from bench.floods import BODY_KINDS, Flood, probe, slow_requests
+from conftest import server_env
+from queue_app import services as queue
+
+ENVELOPE_TOO_LARGE = {
+    "success": False,
+    "error": {"code": "PAYLOAD_TOO_LARGE", "message": "The request body is too large."},
+}
+
+
+def _admitted(base: str, event, n: int) -> list[str]:
+    """`n` places of `event`, joined through the server and admitted by one tick."""
+    tokens = []
+    for _ in range(n):
+        answer = requests.post(f"{base}/api/queue/join", json={"eventId": event.event_id}, timeout=10)
+        assert answer.status_code == 200, answer.text
+        tokens.append(answer.json()["data"]["token"])
+    tick = queue.event_admit(event.event_id)
+    assert tick.outcome == "ADMITTED" and tick.admitted == n, tick
+    return tokens
+
+
+def _assert_answered_in_time(probes) -> None:
+    slow = [(p.name, p.status, round(p.seconds, 2)) for p in probes if p.seconds >= 1 or p.status != "200"]
+    assert not slow, slow
+
+
+@pytest.mark.django_db(transaction=True)
+def test_stalled_bodies_of_every_kind_and_stalled_heads_hold_no_thread(gunicorn, make_event) -> None:
+    """Two workers of eight threads each, as production runs them on this machine;
+    32 stalled bodies of each kind (half declaring 1 MB after 11 KB sent) and 50
+    stalled heads, held for as long as the measurement runs."""
+    rounds = 3
+    event = make_event(admit_per_second=rounds)
+    # The deadline is far: the flood holds while it is measured, however slow the machine.
+    base, _ = gunicorn(server_env(WEB_CONCURRENCY="2", REQUEST_READ_TIMEOUT_SEC="60"))
+    tokens = _admitted(base, event, rounds)
+    stalls = slow_requests(base, event.event_id, bodies=32, heads=50)
+    assert len(stalls) == 4 * 32 + 50
+    with Flood(base, stalls) as flood:
+        probes = [answer for token in tokens for answer in probe(base, event.event_id, token)]
+    _assert_answered_in_time(probes)
+    # The bodies declared over the limit were refused at once, each time they came.
+    for kind in BODY_KINDS:
+        over = sum(n for (k, within, status), n in flood.outcomes.items() if k == kind and not within)
+        assert over >= 16 and flood.outcomes[(kind, False, "413")] == over, flood.outcomes
+    # Nothing else was answered or cut while the measurement ran.
+    assert flood.settled() == sum(n for (_, within, _), n in flood.outcomes.items() if not within)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sixteen_stalled_multipart_sign_ins_do_not_delay_a_booking(gunicorn, make_event) -> None:
+    """The finding as it was made: 16 connections POST /accounts/login/ as
+    multipart/form-data (with a CSRF cookie, so that Django reads the form) with
+    Content-Length 1 MB, send 11 KB and stop. They are refused 413 in the envelope,
+    and bookings, each on a new connection (to either worker), answer within a second."""
+    event = make_event(admit_per_second=5)
+    base, _ = gunicorn(server_env(WEB_CONCURRENCY="2"))
+    tokens = _admitted(base, event, 5)
+    stalls = [s for s in slow_requests(base, event.event_id, bodies=32, heads=0) if s.kind == "multipart"]
+    stalls = [s for s in stalls if not s.within]
+    assert len(stalls) == 16 and all(b"Content-Length: 1000000" in s.sent for s in stalls)
+    with Flood(base, stalls, hold=False) as flood:
+        booked = []
+        for token in tokens:
+            started = time.monotonic()
+            answer = _book(base, event.event_id, token)
+            booked.append((answer.status_code, answer.json()["data"]["status"], time.monotonic() - started))
+        answered = _wait(lambda: flood.settled() == 16)
+    assert [(status, outcome) for status, outcome, _ in booked] == [(200, "CONFIRMED")] * 5
+    assert max(took for _, _, took in booked) < 1, booked
+    assert answered and flood.outcomes == {("multipart", False, "413"): 16}, flood.outcomes
+    # And the 413 is the envelope, the same as for a JSON body too large.
+    with _connection(base) as sock:
+        sock.sendall(stalls[0].sent)
+        status, headers, body = _read_answer(sock)
+    assert (status, headers["content-type"]) == (413, "application/json")
+    assert json.loads(body) == ENVELOPE_TOO_LARGE
+
+
+# --- Helpers -------------------------------------------------------------------------
+
+
+def _book(base: str, event_id: str, token: str) -> requests.Response:
+    booking = {"token": token, "seatCount": 1, "eventId": event_id}
+    return requests.post(f"{base}/api/booking", json=booking, timeout=10)
+
+
+def _wait(condition, seconds: float = 15) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _connection(base: str) -> socket.socket:
+    host, port = base.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=30)
+
+
+def _read_answer(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP answer with a Content-Length, read off the socket."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        assert chunk, f"closed without an answer: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in lines[1:])}
+    while len(body) < int(headers["content-length"]):
+        body += sock.recv(65536)
+    return int(lines[0].split()[1]), headers, body
