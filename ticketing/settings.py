@@ -147,6 +147,11 @@ PORT = _int("PORT", 8000, minimum=1)
 # Threads per server process for Django's lane (booking, pages, admin: see
 # ticketing/asgi.py); the crowd's endpoints do not use them.
 WEB_THREADS = _int("WEB_THREADS", 8, minimum=1)
+# A request must arrive whole, head and body, within this many seconds of its first
+# byte (of the connection's opening, for a connection's first request): a client
+# that stalls is cut, a stalled body answered 408 (ticketing/gunicorn_conf.py). 10 s,
+# as nginx's client_header_timeout and client_body_timeout in deploy/nginx.conf.
+REQUEST_READ_TIMEOUT_SEC = _int("REQUEST_READ_TIMEOUT_SEC", 10, minimum=1)
 
 # --- Where Redis and Postgres are -----------------------------------------------
 # The environment's URLs win (REDIS_URL, or the seed's REDIS_HOST / REDIS_PORT /

@@ -7,6 +7,8 @@ restarts under it.
   never a thread: under 32 stalled bodies of each kind (JSON, form, multipart,
   chunked) and 50 stalled heads, /health, a page, a join and a booking each answer
   within a second. A body declared or sent over the limit is refused 413 at once.
+- Deadlines: a request must arrive whole within REQUEST_READ_TIMEOUT_SEC; a stalled
+  body is answered 408 and its connection closed, a stalled head is closed.
 """
 
 import json
@@ -94,6 +96,24 @@ def test_sixteen_stalled_multipart_sign_ins_do_not_delay_a_booking(gunicorn, mak
         status, headers, body = _read_answer(sock)
     assert (status, headers["content-type"]) == (413, "application/json")
     assert json.loads(body) == ENVELOPE_TOO_LARGE
+
+
+def test_a_stalled_request_is_cut_at_its_deadline(gunicorn) -> None:
+    """With a deadline of 1 s: a stalled body (within the limit) is answered 408 in
+    the envelope and closed, whatever its kind and lane; a stalled head, or a
+    connection that sends nothing, is closed."""
+    base, _ = gunicorn(server_env(REQUEST_READ_TIMEOUT_SEC="1"))
+    stalls = [s for s in slow_requests(base, "any", bodies=6, heads=8) if s.within or s.kind == "head"]
+    with Flood(base, stalls, hold=False) as flood:
+        settled = _wait(lambda: flood.settled() == len(stalls), seconds=30)
+    expected = {(kind, True, "408"): 3 for kind in BODY_KINDS} | {("head", False, "closed"): 8}
+    assert settled and flood.outcomes == expected, flood.outcomes
+    with _connection(base) as sock:
+        sock.sendall(stalls[0].sent)
+        status, headers, body = _read_answer(sock)
+        assert sock.recv(1) == b""  # and closed
+    assert (status, headers["content-type"], headers["connection"]) == (408, "application/json", "close")
+    assert json.loads(body)["error"]["code"] == "REQUEST_TIMEOUT"
 
 
 # --- Helpers -------------------------------------------------------------------------
