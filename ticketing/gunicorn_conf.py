@@ -104,6 +104,10 @@ class Protocol(HttpToolsProtocol):
         self._disarm()
         super().connection_lost(exc)
 
+    def send_400_response(self, msg: str) -> None:
+        """Malformed HTTP (uvicorn's own answer is plain text)."""
+        self._refuse("BAD_REQUEST", "The request is not valid HTTP.")
+
     def _arm(self) -> None:
         self.deadline = self.loop.call_later(settings.REQUEST_READ_TIMEOUT_SEC, self._timed_out)
 

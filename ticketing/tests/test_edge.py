@@ -9,6 +9,7 @@ restarts under it.
   within a second. A body declared or sent over the limit is refused 413 at once.
 - Deadlines: a request must arrive whole within REQUEST_READ_TIMEOUT_SEC; a stalled
   body is answered 408 and its connection closed, a stalled head is closed.
+- Malformed HTTP is answered in the envelope (not uvicorn's plain text).
 """
 
 import json
@@ -114,6 +115,30 @@ def test_a_stalled_request_is_cut_at_its_deadline(gunicorn) -> None:
         assert sock.recv(1) == b""  # and closed
     assert (status, headers["content-type"], headers["connection"]) == (408, "application/json", "close")
     assert json.loads(body)["error"]["code"] == "REQUEST_TIMEOUT"
+
+
+# --- Malformed requests and foreign hosts, on the session's production server ----------
+
+MALFORMED = [
+    b"GARBAGE\r\n\r\n",
+    b"GET /api/status/poll HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+    b"POST /api/queue/join HTTP/1.1\r\nHost: x\r\nContent-Length: ten\r\n\r\n",
+    b"POST /api/booking HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}",
+    b"GET /api/\xff\xfe HTTP/1.1\r\nHost: x\r\n\r\n",
+    b"GET / HTTP/1.1\r\nHost: x\r\nX: \x01\r\n\r\n",
+]
+
+
+@pytest.mark.parametrize("request_bytes", MALFORMED, ids=range(len(MALFORMED)))
+def test_malformed_http_is_answered_in_the_envelope(production_server, request_bytes: bytes) -> None:
+    with _connection(production_server) as sock:
+        sock.sendall(request_bytes)
+        status, headers, body = _read_answer(sock)
+    assert (status, headers["content-type"]) == (400, "application/json"), body
+    assert json.loads(body) == {
+        "success": False,
+        "error": {"code": "BAD_REQUEST", "message": "The request is not valid HTTP."},
+    }
 
 
 # --- Helpers -------------------------------------------------------------------------
