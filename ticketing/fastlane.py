@@ -12,9 +12,10 @@ answers that view's method at that view's path itself:
 
 Everything else goes to Django's ASGI application: other paths and methods, and any
 request the lane would refuse for its form (a body that is not a JSON object, a bad
-or missing field), with its body replayed. So every refusal of form is DRF's own
-answer, and the lane needs no rules of its own. Refusals of substance (an unknown
-event, a closed one, RATE_LIMIT) are `DomainError`s, rendered as DRF renders them.
+or missing field, a Host outside ALLOWED_HOSTS), with its body replayed. So every
+refusal of form is DRF's (or Django's) own answer, and the lane needs no rules of its
+own. Refusals of substance (an unknown event, a closed one, RATE_LIMIT) are
+`DomainError`s, rendered as DRF renders them.
 
 Every request's body, on either lane, is read whole here first, up to the body
 limit (DATA_UPLOAD_MAX_MEMORY_SIZE, whatever the content type; a larger one is
@@ -27,12 +28,16 @@ import gc
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from functools import lru_cache
 from typing import Any
 from urllib.parse import parse_qsl
 
 import orjson
 from django.conf import settings
-from django.core.exceptions import RequestDataTooBig
+from django.core.exceptions import DisallowedHost, ImproperlyConfigured, RequestDataTooBig
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+from django.http import HttpRequest
 from django.urls import URLPattern, URLResolver, get_resolver
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from rest_framework import serializers
@@ -180,6 +185,8 @@ class FastLane:
     @property
     def routes(self) -> dict[str, FastRoute]:
         if self._routes is None:
+            if settings.USE_X_FORWARDED_HOST:
+                raise ImproperlyConfigured("USE_X_FORWARDED_HOST: the fast lane checks the Host header only")
             self._routes = find_routes()
         return self._routes
 
@@ -212,6 +219,8 @@ class FastLane:
                 body = await _read_body(scope, receive)
                 if body is None:
                     return  # the client left
+            if not _host_allowed(scope):
+                raise _Refused  # Django's lane refuses it, as it refuses any other
             if route.client is not None and _has_session(scope):
                 raise _Refused  # a signed-in person: Django's lane knows the account
             data = _input(route, scope, body)
@@ -289,6 +298,34 @@ def _input(route: FastRoute, scope: Scope, body: bytes | None) -> dict:
     if not isinstance(data, dict):
         raise _Refused
     return data
+
+
+def _host_allowed(scope: Scope) -> bool:
+    """Whether Django's lane would accept the request's Host; without one (HTTP/1.0)
+    it takes the server's own name, and decides."""
+    for name, value in scope["headers"]:
+        if name == b"host":
+            return _allowed_host(value)
+    return False
+
+
+@lru_cache(maxsize=64)
+def _allowed_host(host: bytes) -> bool:
+    """Django's own check (HttpRequest.get_host: ALLOWED_HOSTS, and DEBUG's local
+    names when it is empty), once per Host a process sees."""
+    request = HttpRequest()
+    request.META = {"HTTP_HOST": host.decode("latin-1")}
+    try:
+        request.get_host()
+    except DisallowedHost:
+        return False
+    return True
+
+
+@receiver(setting_changed)
+def _forget_hosts(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("ALLOWED_HOSTS", "DEBUG"):  # tests change them
+        _allowed_host.cache_clear()
 
 
 def _query(query: str) -> dict[str, str]:

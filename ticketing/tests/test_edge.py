@@ -10,11 +10,13 @@ restarts under it.
 - Deadlines: a request must arrive whole within REQUEST_READ_TIMEOUT_SEC; a stalled
   body is answered 408 and its connection closed, a stalled head is closed.
 - Malformed HTTP is answered in the envelope (not uvicorn's plain text).
+- A Host outside ALLOWED_HOSTS gets the same answer on both lanes.
 """
 
 import json
 import socket
 import time
+import uuid
 
 import pytest
 import requests
@@ -139,6 +141,38 @@ def test_malformed_http_is_answered_in_the_envelope(production_server, request_b
         "success": False,
         "error": {"code": "BAD_REQUEST", "message": "The request is not valid HTTP."},
     }
+
+
+@pytest.mark.parametrize(
+    "method,path,body",
+    [
+        ("POST", "/api/queue/join", {}),
+        ("POST", "/api/queue/rejoin", {"token": str(uuid.uuid4())}),
+        ("GET", f"/api/status/poll?token={uuid.uuid4()}", None),
+        ("DELETE", f"/api/queue/leave?token={uuid.uuid4()}", None),
+        ("GET", "/api/queue/challenge", None),
+    ],
+)
+def test_a_foreign_host_is_refused_alike_on_both_lanes(
+    production_server, event, snapshot, method: str, path: str, body
+) -> None:
+    """Each fast-lane route answers a Host outside ALLOWED_HOSTS as Django's lane
+    answers it (the booking, Django's only) and changes nothing."""
+    url = production_server + path
+    if body is None:
+        url += ("&" if "?" in path else "?") + f"eventId={event.event_id}"
+    else:
+        body = {**body, "eventId": event.event_id}
+    foreign = {"Host": "tickets.example.org"}
+    before = snapshot(event.event_id)
+    fast = requests.request(method, url, json=body, headers=foreign, timeout=10)
+    django = requests.post(f"{production_server}/api/booking", json={}, headers=foreign, timeout=10)
+    assert django.status_code == 400, django.text
+    assert (fast.status_code, fast.content) == (django.status_code, django.content)
+    assert fast.headers["content-type"] == django.headers["content-type"] == "application/json"
+    assert snapshot(event.event_id) == before
+    # The same request with an allowed Host is served.
+    assert requests.request(method, url, json=body, timeout=10).status_code != 400
 
 
 # --- Helpers -------------------------------------------------------------------------
