@@ -13,6 +13,7 @@ from urllib.parse import quote
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
+from redis.maint_notifications import MaintNotificationsConfig
 
 from ticketing import devstack
 
@@ -210,6 +211,11 @@ CACHES = {
                 "socket_timeout": 5,
                 "health_check_interval": 30,
                 "retry_on_timeout": False,
+                # redis-py 8 asks every server for Redis Cloud's maintenance
+                # notifications ("auto"); while it does, its asyncio pool hands out a
+                # connection the server has closed instead of replacing it, and the
+                # fast lane's first command on each one after a Redis restart failed.
+                "maint_notifications_config": MaintNotificationsConfig(enabled=False),
             },
         },
     }

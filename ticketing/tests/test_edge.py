@@ -11,19 +11,25 @@ restarts under it.
   body is answered 408 and its connection closed, a stalled head is closed.
 - Malformed HTTP is answered in the envelope (not uvicorn's plain text).
 - A Host outside ALLOWED_HOSTS gets the same answer on both lanes.
+- The first requests after Redis restarts succeed (a connection the old server
+  closed is replaced before it is used).
 """
 
 import json
 import socket
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import requests
+from django.conf import settings
+from django.test import override_settings
 
 from bench.floods import BODY_KINDS, Flood, probe, slow_requests
 from conftest import server_env
 from queue_app import services as queue
+from ticketing import servers
 
 ENVELOPE_TOO_LARGE = {
     "success": False,
@@ -173,6 +179,52 @@ def test_a_foreign_host_is_refused_alike_on_both_lanes(
     assert snapshot(event.event_id) == before
     # The same request with an allowed Host is served.
     assert requests.request(method, url, json=body, timeout=10).status_code != 400
+
+
+# --- Redis restarts ------------------------------------------------------------------
+
+
+@pytest.fixture
+def restartable_redis(tmp_path: Path):
+    """A redis-server of this test's own, keeping its data in an append-only file so
+    that it comes back with it, used by this process too."""
+    proc, port = servers.start_redis(tmp_path, persistent=True)
+    url = f"redis://127.0.0.1:{port}/0"
+    caches = {"default": {**settings.CACHES["default"], "LOCATION": url}}
+    server = {"proc": proc, "url": url}
+
+    def restart() -> None:
+        servers.stop_redis(server["proc"])
+        server["proc"], _ = servers.start_redis(tmp_path, persistent=True, port=port)
+
+    server["restart"] = restart
+    with override_settings(CACHES=caches, REDIS_URL=url, REDIS_CLUSTER=False):
+        yield server
+    servers.stop_redis(server["proc"])
+
+
+@pytest.mark.single_redis  # restarts a redis-server of its own
+@pytest.mark.django_db(transaction=True)
+def test_every_request_after_a_redis_restart_succeeds(gunicorn, restartable_redis, make_event) -> None:
+    """Both workers have used their connections to Redis (fast lane and Django's);
+    Redis restarts; once it answers again, every request succeeds, the first of
+    each worker included."""
+    event = make_event(admit_per_second=40)
+    base, _ = gunicorn(server_env(WEB_CONCURRENCY="2", REDIS_URL=restartable_redis["url"]))
+    tokens = _admitted(base, event, 40)
+    for token in tokens[:10]:  # Django's lane's connections, in both workers
+        booked = _book(base, event.event_id, token)
+        assert booked.status_code == 200, booked.text
+    restartable_redis["restart"]()
+    answers = []
+    for token in tokens[10:]:  # each on a new connection: both workers get some
+        poll = f"{base}/api/status/poll?token={token}&eventId={event.event_id}"
+        answers.append(("poll", requests.get(poll, timeout=10).status_code))
+        joined = requests.post(f"{base}/api/queue/join", json={"eventId": event.event_id}, timeout=10)
+        answers.append(("join", joined.status_code))
+        booked = _book(base, event.event_id, token)
+        answers.append(("booking", booked.status_code))
+    assert [a for a in answers if a[1] != 200] == [], answers
 
 
 # --- Helpers -------------------------------------------------------------------------
