@@ -111,6 +111,7 @@ class BookingView(Endpoint):
             "INVALID_TOKEN",
             "UNSUPPORTED_MEDIA_TYPE",
             "PAYLOAD_TOO_LARGE",
+            "REQUEST_TIMEOUT",
             "EVENT_NOT_FOUND",
             "ACCOUNT_REQUIRED",
             "BUYER_REQUIRED",

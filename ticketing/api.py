@@ -124,6 +124,8 @@ _MEANING = {
     "INSUFFICIENT_SEATS": "fewer seats left than asked for (remainingSeats says how many)",
     "ALREADY_CANCELLED": "the reservation was cancelled before",
     "PAYLOAD_TOO_LARGE": "the body is over 10 KB",
+    "REQUEST_TIMEOUT": "the request did not arrive whole within the server's deadline (10 s by default); "
+    "the connection is closed",
     "UNSUPPORTED_MEDIA_TYPE": "the body is not application/json",
     "RATE_LIMIT": "too many requests from this client; wait Retry-After seconds",
     "TOO_MANY_PLACES": "this client address already holds the event's most live places",

@@ -12,20 +12,32 @@ answers that view's method at that view's path itself:
 
 Everything else goes to Django's ASGI application: other paths and methods, and any
 request the lane would refuse for its form (a body that is not a JSON object, a bad
-or missing field), with its body replayed. So every refusal of form is DRF's own
-answer, and the lane needs no rules of its own. Refusals of substance (an unknown
-event, a closed one, RATE_LIMIT) are `DomainError`s, rendered as DRF renders them.
+or missing field, a Host outside ALLOWED_HOSTS), with its body replayed. So every
+refusal of form is DRF's (or Django's) own answer, and the lane needs no rules of its
+own. Refusals of substance (an unknown event, a closed one, RATE_LIMIT) are
+`DomainError`s, rendered as DRF renders them.
+
+Every request's body, on either lane, is read whole here first, up to the body
+limit (DATA_UPLOAD_MAX_MEMORY_SIZE, whatever the content type; a larger one is
+refused 413 at once): a client that sends its body slowly, or never finishes it,
+holds a coroutine until the server's deadline cuts it (ticketing/gunicorn_conf.py),
+never one of Django's threads.
 """
 
 import gc
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from functools import lru_cache
 from typing import Any
 from urllib.parse import parse_qsl
 
 import orjson
 from django.conf import settings
+from django.core.exceptions import DisallowedHost, ImproperlyConfigured, RequestDataTooBig
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+from django.http import HttpRequest
 from django.urls import URLPattern, URLResolver, get_resolver
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from rest_framework import serializers
@@ -105,55 +117,62 @@ class _Refused(Exception):
     """The request's form is not one the lane serves: Django's lane answers it."""
 
 
-class _Body:
-    """What the lane read of a request's body, to hand Django the same stream."""
+class _TooLarge(Exception):
+    """The body is over the limit, as declared or as it came."""
 
-    __slots__ = ("data", "more", "gone")
 
-    def __init__(self) -> None:
-        self.data = b""
-        self.more = True  # the client has more to send than was read
-        self.gone = False  # the client hung up first
+# Django's lane's answer to a body over the limit (RequestDataTooBig), given here.
+_TOO_LARGE = describe(RequestDataTooBig())
 
-    async def read(self, receive: Receive) -> None:
-        """Read the body while the client sends it, up to one byte over the limit
-        that Django refuses anyway: a slow client holds this coroutine, never one
-        of Django's threads."""
-        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-        while self.more and len(self.data) <= limit:
-            message = await receive()
-            if message["type"] != "http.request":
-                self.gone = True
-                return
-            self.data += message.get("body", b"")
-            self.more = message.get("more_body", False)
 
-    def replay(self, receive: Receive) -> Receive:
-        """`receive` for Django: what was read, then the rest from the client."""
-        sent = False
+async def _read_body(scope: Scope, receive: Receive) -> bytes | None:
+    """The request's whole body, or None when the client left first; _TooLarge past
+    DATA_UPLOAD_MAX_MEMORY_SIZE, declared or sent (the rest is never read)."""
+    limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    for name, value in scope["headers"]:
+        if name == b"content-length" and int(value) > limit:  # (httptools let only digits through)
+            raise _TooLarge
+    body = b""
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        body += message.get("body", b"")
+        if len(body) > limit:
+            raise _TooLarge
+        if not message.get("more_body", False):
+            return body
 
-        async def replayed() -> dict:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": self.data, "more_body": self.more}
-            return await receive()
 
-        return replayed
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """`receive` for Django: the body read, then the client's connection (its end)."""
+    sent = False
 
-    def measured(self, scope: Scope) -> Scope:
-        """The scope Django gets: a chunked body (no Content-Length) is given the
-        length of what was read, so that Django's WSGI request reads it rather than
-        nothing. Past the size limit that length is over the limit too, and Django
-        answers 413 as it does for any body too large."""
-        headers = scope["headers"]
-        if not any(name == b"transfer-encoding" for name, _ in headers):
-            return scope
-        self.more = False  # the length says where the body ends
-        kept = [
-            (name, value) for name, value in headers if name not in (b"transfer-encoding", b"content-length")
-        ]
-        return {**scope, "headers": [*kept, (b"content-length", str(len(self.data)).encode())]}
+    async def replayed() -> dict:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
+
+
+def _measured(scope: Scope, body: bytes) -> Scope:
+    """The scope Django gets: a chunked body (no Content-Length) is given the length
+    of what was read, so that Django's WSGI request reads it rather than nothing."""
+    headers = scope["headers"]
+    if not any(name == b"transfer-encoding" for name, _ in headers):
+        return scope
+    kept = [(name, value) for name, value in headers if name not in (b"transfer-encoding", b"content-length")]
+    return {**scope, "headers": [*kept, (b"content-length", str(len(body)).encode())]}
+
+
+async def _send(send: Send, status: int, headers: list[tuple[bytes, bytes]], payload: bytes) -> None:
+    # With its length known, the answer goes out whole, not as chunks.
+    headers = [*headers, (b"content-length", str(len(payload)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
 
 
 class FastLane:
@@ -166,6 +185,8 @@ class FastLane:
     @property
     def routes(self) -> dict[str, FastRoute]:
         if self._routes is None:
+            if settings.USE_X_FORWARDED_HOST:
+                raise ImproperlyConfigured("USE_X_FORWARDED_HOST: the fast lane checks the Host header only")
             self._routes = find_routes()
         return self._routes
 
@@ -177,23 +198,37 @@ class FastLane:
         route = self.routes.get(scope["path"])
         if route is not None and scope["method"] == route.method:
             return await self.serve(route, scope, receive, send)
-        body = _Body()
-        await body.read(receive)
-        if not body.gone:
-            await self.app(body.measured(scope), body.replay(receive), send)
+        await self.django(scope, receive, send)
+
+    async def django(self, scope: Scope, receive: Receive, send: Send, body: bytes | None = None) -> None:
+        """Django's lane, once the whole body is read (or with `body`, read already)."""
+        if body is None:
+            try:
+                body = await _read_body(scope, receive)
+            except _TooLarge:
+                return await _send(send, _TOO_LARGE.status, _JSON, orjson.dumps(_TOO_LARGE.body()))
+            if body is None:
+                return  # the client left
+        await self.app(_measured(scope, body), _replay(body, receive), send)
 
     async def serve(self, route: FastRoute, scope: Scope, receive: Receive, send: Send) -> None:
         start = time.perf_counter()
-        body = None if route.source == "query" else _Body()
+        body = None
         try:
+            if route.source != "query":
+                body = await _read_body(scope, receive)
+                if body is None:
+                    return  # the client left
+            if not _host_allowed(scope):
+                raise _Refused  # Django's lane refuses it, as it refuses any other
             if route.client is not None and _has_session(scope):
                 raise _Refused  # a signed-in person: Django's lane knows the account
-            data = await self._read(route, scope, receive, body)
+            data = _input(route, scope, body)
             kwargs = {source: parse(data.get(name, empty)) for name, source, parse in route.fields}
+        except _TooLarge:
+            return await _send(send, _TOO_LARGE.status, _JSON, orjson.dumps(_TOO_LARGE.body()))
         except (_Refused, DomainError):
-            if body is None:
-                return await self.app(scope, receive, send)
-            return await self.app(body.measured(scope), body.replay(receive), send)
+            return await self.django(scope, receive, send, body)
         try:
             # (Every Redis command of the lane is bounded by the batcher's timer.)
             if route.throttles or route.client is not None:
@@ -219,38 +254,8 @@ class FastLane:
                 await r.acount_refusal(kwargs.get("event_id", settings.EVENT_ID), route.counted[err.code])
             status, payload = STATUS[err.code], orjson.dumps(err.body())
             headers = _JSON + [(k.lower().encode(), v.encode()) for k, v in err.headers.items()]
-        # With its length known, the answer goes out whole, not as chunks.
-        headers = [*headers, (b"content-length", str(len(payload)).encode())]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": payload})
+        await _send(send, status, headers, payload)
         metrics.observe_request(route.path, time.perf_counter() - start)  # not when Django's lane answered
-
-    async def _read(self, route: FastRoute, scope: Scope, receive: Receive, body: _Body | None) -> dict:
-        """The request's input as the view's Input reads it, or _Refused."""
-        if body is None:
-            try:
-                query = scope["query_string"].decode("ascii")
-            except UnicodeDecodeError:
-                raise _Refused from None
-            return _query(query)
-        content_type = None
-        for name, value in scope["headers"]:
-            if name == b"content-type":
-                content_type = value
-        await body.read(receive)
-        if body.gone or body.more or len(body.data) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
-            raise _Refused  # gone, or too big: Django hears it and says so
-        if not body.data:
-            return {}  # `curl -X POST`: no body is {}
-        if content_type not in _JSON_TYPES:
-            raise _Refused  # DRF decides what else it accepts (other charsets too), and says so
-        try:
-            data = orjson.loads(body.data)
-        except orjson.JSONDecodeError:
-            raise _Refused from None
-        if not isinstance(data, dict):
-            raise _Refused
-        return data
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -267,6 +272,60 @@ class FastLane:
                 await r.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def _input(route: FastRoute, scope: Scope, body: bytes | None) -> dict:
+    """The request's input as the view's Input reads it (the query string, or the
+    JSON body), or _Refused."""
+    if body is None:
+        try:
+            query = scope["query_string"].decode("ascii")
+        except UnicodeDecodeError:
+            raise _Refused from None
+        return _query(query)
+    if not body:
+        return {}  # `curl -X POST`: no body is {}
+    content_type = None
+    for name, value in scope["headers"]:
+        if name == b"content-type":
+            content_type = value
+    if content_type not in _JSON_TYPES:
+        raise _Refused  # DRF decides what else it accepts (other charsets too), and says so
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise _Refused from None
+    if not isinstance(data, dict):
+        raise _Refused
+    return data
+
+
+def _host_allowed(scope: Scope) -> bool:
+    """Whether Django's lane would accept the request's Host; without one (HTTP/1.0)
+    it takes the server's own name, and decides."""
+    for name, value in scope["headers"]:
+        if name == b"host":
+            return _allowed_host(value)
+    return False
+
+
+@lru_cache(maxsize=64)
+def _allowed_host(host: bytes) -> bool:
+    """Django's own check (HttpRequest.get_host: ALLOWED_HOSTS, and DEBUG's local
+    names when it is empty), once per Host a process sees."""
+    request = HttpRequest()
+    request.META = {"HTTP_HOST": host.decode("latin-1")}
+    try:
+        request.get_host()
+    except DisallowedHost:
+        return False
+    return True
+
+
+@receiver(setting_changed)
+def _forget_hosts(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("ALLOWED_HOSTS", "DEBUG"):  # tests change them
+        _allowed_host.cache_clear()
 
 
 def _query(query: str) -> dict[str, str]:

@@ -13,6 +13,7 @@ from urllib.parse import quote
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
+from redis.maint_notifications import MaintNotificationsConfig
 
 from ticketing import devstack
 
@@ -147,6 +148,11 @@ PORT = _int("PORT", 8000, minimum=1)
 # Threads per server process for Django's lane (booking, pages, admin: see
 # ticketing/asgi.py); the crowd's endpoints do not use them.
 WEB_THREADS = _int("WEB_THREADS", 8, minimum=1)
+# A request must arrive whole, head and body, within this many seconds of its first
+# byte (of the connection's opening, for a connection's first request): a client
+# that stalls is cut, a stalled body answered 408 (ticketing/gunicorn_conf.py). 10 s,
+# as nginx's client_header_timeout and client_body_timeout in deploy/nginx.conf.
+REQUEST_READ_TIMEOUT_SEC = _int("REQUEST_READ_TIMEOUT_SEC", 10, minimum=1)
 
 # --- Where Redis and Postgres are -----------------------------------------------
 # The environment's URLs win (REDIS_URL, or the seed's REDIS_HOST / REDIS_PORT /
@@ -205,6 +211,11 @@ CACHES = {
                 "socket_timeout": 5,
                 "health_check_interval": 30,
                 "retry_on_timeout": False,
+                # redis-py 8 asks every server for Redis Cloud's maintenance
+                # notifications ("auto"); while it does, its asyncio pool hands out a
+                # connection the server has closed instead of replacing it, and the
+                # fast lane's first command on each one after a Redis restart failed.
+                "maint_notifications_config": MaintNotificationsConfig(enabled=False),
             },
         },
     }
@@ -379,7 +390,9 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
 }
 
-# The seed's body limit (express.json({limit: '10kb'})).
+# The seed's body limit (express.json({limit: '10kb'})), for every body whatever its
+# type: the ASGI layer refuses a larger one (413) before Django sees it
+# (ticketing/fastlane.py). No form here uploads files.
 DATA_UPLOAD_MAX_MEMORY_SIZE = 10 * 1024
 
 REST_FRAMEWORK = {

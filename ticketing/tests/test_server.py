@@ -223,7 +223,9 @@ class Trickler:
 
 
 def test_slow_clients_cannot_starve_the_service(gunicorn, event) -> None:
-    base, proc = gunicorn({"WEB_CONCURRENCY": "1", **NO_LIMITS})
+    # A deadline past the test's end: the trickle goes on for as long as it is watched
+    # (ticketing/tests/test_edge.py shows clients that stall being cut).
+    base, proc = gunicorn({"WEB_CONCURRENCY": "1", "REQUEST_READ_TIMEOUT_SEC": "120", **NO_LIMITS})
     token = _join(base, event.event_id)
     poll = f"{base}/api/status/poll?token={token}&eventId={event.event_id}"
     answers: list[tuple[str, int]] = []
