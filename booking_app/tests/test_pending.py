@@ -59,7 +59,6 @@ def test_a_pending_booking_that_redis_lost_is_decided_not_saved_and_the_person_b
 
     redis_server.crash()
     redis_server.restart(before)
-    requests.get(f"{away}/api/status/poll", params={"token": token, "eventId": event.event_id}, timeout=10)
     assert _poll(away, token, event.event_id)["status"] == "ACTIVE"  # as if it never booked
     assert reconcile.booking_reconcile(event.event_id).refused == []  # nothing for reconcile to see
 
