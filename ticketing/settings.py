@@ -306,6 +306,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",  # the docs page's assets, served from here (no CDN)
+    "accounts_app",
     "queue_app",
     "booking_app",
 ]
@@ -349,7 +350,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
-# Django's auth pages (ticketing/accounts.py): where to sign in, and where people land after.
+# Django's auth pages (accounts_app/views.py): where to sign in, and where people land after.
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "event-list"
 LOGOUT_REDIRECT_URL = "event-list"

@@ -8,7 +8,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from ticketing.accounts import SignUpForm
+from accounts_app.views import SignUpForm
 
 pytestmark = pytest.mark.django_db
 
