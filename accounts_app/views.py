@@ -1,12 +1,15 @@
 """Sign in, sign up and sign out: Django's own auth, in the site's pages.
 
-Sign-in and sign-out are Django's views as they are (they already check `next`
-and rotate the session); only sign-up is ours, because Django ships no view for it.
+Sign-in and sign-out are Django's views (they already check `next` and rotate the
+session), with the limits of accounts_app/limits.py; only sign-up is ours, because
+Django ships no view for it.
 """
 
 from django import forms
 from django.conf import settings
-from django.contrib.auth import get_user_model, login
+from django.contrib.admin.forms import AdminAuthenticationForm
+from django.contrib.auth import login
+from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.forms import AuthenticationForm, UserCreationForm
 from django.contrib.auth.views import LoginView, LogoutView
 from django.db import IntegrityError, transaction
@@ -17,11 +20,25 @@ from django.utils.translation import gettext_lazy as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
 
-from ticketing import redis as r
-from ticketing.ratelimit import client_ip, client_net
+from accounts_app import limits
+
+# The backend that checks passwords, named when sign-up signs the new account in
+# (limits.SignInLimits, listed before it, signs no one in).
+PASSWORD_BACKEND = "django.contrib.auth.backends.ModelBackend"
 
 
-class SignInForm(AuthenticationForm):
+class LimitedSignIn(AuthenticationForm):
+    """A sign-in form that says why an attempt past a limit was refused: the limits
+    stop `authenticate()`, which the form would otherwise report as a wrong password."""
+
+    def get_invalid_login_error(self) -> forms.ValidationError:
+        refusal = getattr(self.request, "sign_in_refusal", None)
+        if refusal is None:
+            return super().get_invalid_login_error()
+        return forms.ValidationError(refusal.message, code="rate_limit")
+
+
+class SignInForm(LimitedSignIn):
     """Django's form with the site's wording: Django's Korean for the field name
     ("사용자 이름") reads awkwardly inside its error message."""
 
@@ -34,20 +51,9 @@ class SignInForm(AuthenticationForm):
         super().__init__(*args, **kwargs)
         self.fields["username"].label = _("Username")
 
-    def clean(self) -> dict:
-        """Count the attempt first: password guessing is limited per client (an IPv4
-        address or an IPv6 /64) and minute, right passwords included, so a script
-        learns nothing from which attempts were refused."""
-        per_minute = settings.RATE_LIMIT_SIGN_IN
-        if per_minute > 0 and self.request is not None:
-            counter = r.ratelimit_key("sign-in", client_net(client_ip(self.request.META)))
-            allowed, _reset_ms = r.run("ratelimit", [counter], [per_minute, 60_000])
-            if not allowed:
-                raise forms.ValidationError(
-                    _("Too many sign-in attempts from your network. Try again in a minute."),
-                    code="rate_limit",
-                )
-        return super().clean()
+
+class AdminSignInForm(LimitedSignIn, AdminAuthenticationForm):
+    """The admin's sign-in form (accounts_app/admin.py), saying so when refused."""
 
 
 class SignUpForm(UserCreationForm):
@@ -59,7 +65,7 @@ class SignUpForm(UserCreationForm):
         widgets = {"email": forms.EmailInput(attrs={"autocomplete": "email"})}
 
 
-sign_in = LoginView.as_view(authentication_form=SignInForm)
+sign_in = limits.sign_in_view(LoginView.as_view(authentication_form=SignInForm))
 # POST only (Django's default since 5.0): a link or a prefetch must not sign anyone out.
 sign_out = LogoutView.as_view()
 
@@ -73,23 +79,29 @@ def _safe_next(request: HttpRequest) -> str:
     return url if allowed else ""
 
 
+def _create(form: SignUpForm) -> AbstractBaseUser | None:
+    """The new account; None, with the form told why, when another took its name."""
+    try:
+        # Its own savepoint, so a refused insert leaves the request usable.
+        with transaction.atomic():
+            return form.save()
+    except IntegrityError:
+        # Two sign-ups raced for one name: both passed the form's check, the unique
+        # index let only the first in. The form's check says it in these words.
+        # Translators: Django's own message, worded with 아이디 like the sign-up page's label.
+        form.add_error("username", _("A user with that username already exists."))
+        return None
+
+
 @sensitive_post_parameters("password1", "password2")
 @never_cache
 def sign_up(request: HttpRequest) -> HttpResponse:
     """Create the account, sign the new user in and send them where they were going."""
     next_url = _safe_next(request)
     form = SignUpForm(request.POST if request.method == "POST" else None)
-    if form.is_valid():
-        try:
-            # Its own savepoint, so a refused insert leaves the request usable.
-            with transaction.atomic():
-                user = form.save()
-        except IntegrityError:
-            # Two sign-ups raced for one name: both passed the form's check, the
-            # unique index let only the first in.
-            model = get_user_model()
-            form.add_error("username", model._meta.get_field("username").error_messages["unique"])
-        else:
-            login(request, user)
-            return redirect(next_url or settings.LOGIN_REDIRECT_URL)
+    if form.is_valid() and (user := _create(form)) is not None:
+        login(request, user, backend=PASSWORD_BACKEND)
+        response = redirect(next_url or settings.LOGIN_REDIRECT_URL)
+        limits.remember_device(response, user.get_username())
+        return response
     return render(request, "registration/signup.html", {"form": form, "next": next_url})

@@ -230,7 +230,11 @@ RATE_LIMIT_LEAVE = _int("RATE_LIMIT_LEAVE", 5)
 # Bookings per client address, and per token, per second (0: off).
 RATE_LIMIT_BOOKING = _int("RATE_LIMIT_BOOKING", 10)
 RATE_LIMIT_BOOKING_TOKEN = _int("RATE_LIMIT_BOOKING_TOKEN", 2)
-RATE_LIMIT_SIGN_IN = _int("RATE_LIMIT_SIGN_IN", 10)  # per client and minute: password guessing
+# Password guessing, on every sign-in form (the admin's too): attempts per client and
+# minute, and per account and minute (a browser that signed in to the account before
+# counts apart: accounts_app/limits.py).
+RATE_LIMIT_SIGN_IN = _int("RATE_LIMIT_SIGN_IN", 10)
+RATE_LIMIT_SIGN_IN_ACCOUNT = _int("RATE_LIMIT_SIGN_IN_ACCOUNT", 10)
 # X-Forwarded-For is believed only when the peer is one of these.
 TRUSTED_PROXIES = _networks("TRUSTED_PROXIES")
 
@@ -346,6 +350,8 @@ TEMPLATES = [
     },
 ]
 
+# The limits first: past one, authenticate() stops before a password is checked.
+AUTHENTICATION_BACKENDS = ["accounts_app.limits.SignInLimits", "django.contrib.auth.backends.ModelBackend"]
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},

@@ -1,0 +1,59 @@
+"""A person at a browser, as the limits' tests need one: Django's forms posted to an
+app server over HTTP with their CSRF token, from a client address of the test's
+choosing (sent as X-Forwarded-For, which the server believes from TRUSTED_PROXIES)."""
+
+import re
+from dataclasses import dataclass
+
+import requests
+
+PASSWORD = "queue-Seat-7781"
+TOO_MANY_SIGN_INS = "Too many sign-in attempts"
+
+
+@dataclass
+class Answer:
+    status: int
+    text: str
+    location: str
+
+
+class Browser:
+    """One browser (its own cookies) at one client address."""
+
+    def __init__(self, base: str, address: str) -> None:
+        self.base = base
+        self.address = address
+        self.session = requests.Session()
+
+    def get(self, path: str) -> Answer:
+        return self._answer(self.session.get(self.base + path, headers=self._headers(), timeout=60))
+
+    def post(self, path: str, fields: dict) -> Answer:
+        """The form at `path`, filled in and sent (the page first: its CSRF cookie)."""
+        if "csrftoken" not in self.session.cookies:
+            self.get(path)
+        data = {"csrfmiddlewaretoken": self.session.cookies["csrftoken"], **fields}
+        answer = self.session.post(
+            self.base + path, data=data, headers=self._headers(), timeout=60, allow_redirects=False
+        )
+        return self._answer(answer)
+
+    def sign_in(self, path: str, username: str, password: str) -> Answer:
+        return self.post(path, {"username": username, "password": password})
+
+    def sign_up(self, username: str, **fields: str) -> Answer:
+        form = {"username": username, "password1": PASSWORD, "password2": PASSWORD}
+        return self.post("/accounts/signup/", {**form, **fields})
+
+    def signed_in_as(self) -> str | None:
+        """The account the server sees, from the header of the event list."""
+        found = re.search(r'<span class="user">([^<]+)</span>', self.get("/").text)
+        return found.group(1) if found else None
+
+    def _headers(self) -> dict[str, str]:
+        return {"X-Forwarded-For": self.address, "Accept": "text/html"}
+
+    @staticmethod
+    def _answer(answer: requests.Response) -> Answer:
+        return Answer(answer.status_code, answer.text, answer.headers.get("Location", ""))
