@@ -1,5 +1,5 @@
-"""What an account costs a script: password attempts, counted per client (an IPv4
-address or an IPv6 /64) and per account.
+"""What an account costs a script: password attempts and sign-ups, counted per client
+(an IPv4 address or an IPv6 /64) and password attempts per account too.
 
 Counted by the project's limiter (lua/ratelimit.lua, ticketing/ratelimit.py), in the
 Redis every app server shares, rather than by a second mechanism such as
@@ -34,6 +34,7 @@ from ticketing import redis as r
 from ticketing.ratelimit import client_ip, client_net
 
 SIGN_IN_WINDOW_MS = 60_000  # RATE_LIMIT_SIGN_IN and RATE_LIMIT_SIGN_IN_ACCOUNT are per minute
+SIGN_UP_WINDOW_MS = 3_600_000  # RATE_LIMIT_SIGN_UP is per hour
 DEVICE_COOKIE = "sign_in_device"
 DEVICE_MAX_AGE = 365 * 86_400  # a browser that signed in this year
 _DEVICE_SALT = "accounts_app.limits.device"
@@ -160,3 +161,16 @@ def sign_in_view(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespons
 
     return wrapped
 
+
+def sign_up_refusal(request: HttpRequest) -> Refusal | None:
+    """Count a sign-up about to be made: None while the client is within its limit."""
+    wait = _wait("sign-up", _client(request), settings.RATE_LIMIT_SIGN_UP, SIGN_UP_WINDOW_MS)
+    if wait is None:
+        return None
+    minutes = math.ceil(wait / 60)
+    message = ngettext(
+        "Too many sign-ups from your network. Try again in %(minutes)d minute.",
+        "Too many sign-ups from your network. Try again in %(minutes)d minutes.",
+        minutes,
+    )
+    return Refusal(message % {"minutes": minutes}, wait)

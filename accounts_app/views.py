@@ -96,12 +96,24 @@ def _create(form: SignUpForm) -> AbstractBaseUser | None:
 @sensitive_post_parameters("password1", "password2")
 @never_cache
 def sign_up(request: HttpRequest) -> HttpResponse:
-    """Create the account, sign the new user in and send them where they were going."""
+    """Create the account, sign the new user in and send them where they were going.
+    A sign-up is counted against its client's limit once the form is valid: a
+    person's typing mistakes cost nothing."""
     next_url = _safe_next(request)
     form = SignUpForm(request.POST if request.method == "POST" else None)
-    if form.is_valid() and (user := _create(form)) is not None:
-        login(request, user, backend=PASSWORD_BACKEND)
-        response = redirect(next_url or settings.LOGIN_REDIRECT_URL)
-        limits.remember_device(response, user.get_username())
-        return response
-    return render(request, "registration/signup.html", {"form": form, "next": next_url})
+    refusal = None
+    if form.is_valid():
+        refusal = limits.sign_up_refusal(request)
+        if refusal is not None:
+            form.add_error(None, forms.ValidationError(refusal.message, code="rate_limit"))
+        elif (user := _create(form)) is not None:
+            login(request, user, backend=PASSWORD_BACKEND)
+            response = redirect(next_url or settings.LOGIN_REDIRECT_URL)
+            limits.remember_device(response, user.get_username())
+            return response
+    context = {"form": form, "next": next_url}
+    if refusal is None:
+        return render(request, "registration/signup.html", context)
+    response = render(request, "registration/signup.html", context, status=429)
+    response["Retry-After"] = str(refusal.retry_after)
+    return response

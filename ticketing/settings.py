@@ -232,9 +232,11 @@ RATE_LIMIT_BOOKING = _int("RATE_LIMIT_BOOKING", 10)
 RATE_LIMIT_BOOKING_TOKEN = _int("RATE_LIMIT_BOOKING_TOKEN", 2)
 # Password guessing, on every sign-in form (the admin's too): attempts per client and
 # minute, and per account and minute (a browser that signed in to the account before
-# counts apart: accounts_app/limits.py).
+# counts apart: accounts_app/limits.py). Sign-ups per client and hour: a home or an
+# office signs up a few people, a script as many as it can (docs/fairness.md).
 RATE_LIMIT_SIGN_IN = _int("RATE_LIMIT_SIGN_IN", 10)
 RATE_LIMIT_SIGN_IN_ACCOUNT = _int("RATE_LIMIT_SIGN_IN_ACCOUNT", 10)
+RATE_LIMIT_SIGN_UP = _int("RATE_LIMIT_SIGN_UP", 10)
 # X-Forwarded-For is believed only when the peer is one of these.
 TRUSTED_PROXIES = _networks("TRUSTED_PROXIES")
 

@@ -113,3 +113,28 @@ def test_a_limit_of_zero_is_no_limit(settings, name: str) -> None:
         client.post("/accounts/login/", {"username": name, "password": "wrong"}, REMOTE_ADDR=ip)
     answer = client.post("/accounts/login/", {"username": name, "password": PASSWORD}, REMOTE_ADDR=ip)
     assert answer.status_code == 302
+
+
+def sign_up(client: Client, name: str, ip: str, password2: str = PASSWORD):
+    fields = {"username": name, "password1": PASSWORD, "password2": password2}
+    return client.post("/accounts/signup/", fields, REMOTE_ADDR=ip)
+
+
+def test_sign_ups_past_the_limit_are_refused_and_typing_mistakes_are_not_counted(settings) -> None:
+    settings.RATE_LIMIT_SIGN_UP = 2
+    ip, tag = address(), uuid.uuid4().hex[:8]
+    for i in range(5):
+        assert sign_up(Client(), f"typo-{tag}-{i}", ip, password2="mistyped").status_code == 200
+    assert sign_up(Client(), f"a-{tag}", ip).status_code == 302
+    assert sign_up(Client(), f"b-{tag}", ip).status_code == 302
+    refused = sign_up(Client(), f"c-{tag}", ip)
+    assert refused.status_code == 429
+    minutes = -(-int(refused["Retry-After"]) // 60)
+    assert 1 <= minutes <= 60
+    assert f"Too many sign-ups from your network. Try again in {minutes} minute" in refused.text
+    assert not get_user_model().objects.filter(username=f"c-{tag}").exists()
+
+    korean = Client()
+    korean.cookies["django_language"] = "ko"
+    assert "이 네트워크에서 가입한 계정이 너무 많습니다." in sign_up(korean, f"d-{tag}", ip).text
+    assert sign_up(Client(), f"e-{tag}", address()).status_code == 302  # another client

@@ -9,6 +9,7 @@ import requests
 
 PASSWORD = "queue-Seat-7781"
 TOO_MANY_SIGN_INS = "Too many sign-in attempts"
+TOO_MANY_SIGN_UPS = "Too many sign-ups"
 
 
 @dataclass
