@@ -20,7 +20,12 @@ from django.utils.translation import gettext_lazy as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
 
-from accounts_app import limits
+from accounts_app import limits, proof
+from queue_app import proof as queue_proof
+from ticketing.errors import DomainError
+
+PROOF_MISSING = _("Wait a moment while the page checks that you are a person, then send the form again.")
+PROOF_FAILED = _("The check that you are a person did not pass. Send the form again.")
 
 # The backend that checks passwords, named when sign-up signs the new account in
 # (limits.SignInLimits, listed before it, signs no one in).
@@ -57,12 +62,39 @@ class AdminSignInForm(LimitedSignIn, AdminAuthenticationForm):
 
 
 class SignUpForm(UserCreationForm):
-    """A username, a password twice and, if the person likes, an email address."""
+    """A username, a password twice and, if the person likes, an email address; and,
+    while sign-up asks for one (accounts_app/proof.py), a solved proof of work, which
+    the page solves in the background (static/js/proof-form.js)."""
+
+    altcha = forms.CharField(required=False, widget=forms.HiddenInput)
 
     class Meta(UserCreationForm.Meta):
         fields = ("username", "email")
         labels = {"username": _("Username"), "email": _("Email (optional)")}
         widgets = {"email": forms.EmailInput(attrs={"autocomplete": "email"})}
+
+    def __init__(self, *args, difficulty: int = 0, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.difficulty = difficulty
+        self.solved: queue_proof.Proof | None = None
+
+    def clean(self) -> dict:
+        cleaned = super().clean()
+        if self.difficulty > 0:
+            payload = cleaned.get("altcha") or ""
+            if not payload:
+                raise forms.ValidationError(PROOF_MISSING, code="proof_of_work")
+            try:
+                self.solved = proof.verify(payload)
+            except DomainError:
+                raise forms.ValidationError(PROOF_FAILED, code="proof_of_work") from None
+        return cleaned
+
+    def spend_proof(self) -> None:
+        """Use the solution up, once the form is otherwise valid (a typing mistake
+        keeps it good for the next try); refused when it was used before."""
+        if self.solved is not None and not proof.spend(self.solved):
+            self.add_error(None, forms.ValidationError(PROOF_FAILED, code="proof_of_work"))
 
 
 sign_in = limits.sign_in_view(LoginView.as_view(authentication_form=SignInForm))
@@ -97,21 +129,22 @@ def _create(form: SignUpForm) -> AbstractBaseUser | None:
 @never_cache
 def sign_up(request: HttpRequest) -> HttpResponse:
     """Create the account, sign the new user in and send them where they were going.
-    A sign-up is counted against its client's limit once the form is valid: a
-    person's typing mistakes cost nothing."""
+    What an account costs is charged once the form is valid (a person's typing
+    mistakes cost nothing): its proof of work, then its client's count."""
     next_url = _safe_next(request)
-    form = SignUpForm(request.POST if request.method == "POST" else None)
+    level = proof.difficulty()
+    form = SignUpForm(request.POST if request.method == "POST" else None, difficulty=level)
     refusal = None
     if form.is_valid():
-        refusal = limits.sign_up_refusal(request)
-        if refusal is not None:
-            form.add_error(None, forms.ValidationError(refusal.message, code="rate_limit"))
-        elif (user := _create(form)) is not None:
-            login(request, user, backend=PASSWORD_BACKEND)
-            response = redirect(next_url or settings.LOGIN_REDIRECT_URL)
-            limits.remember_device(response, user.get_username())
-            return response
-    context = {"form": form, "next": next_url}
+        form.spend_proof()
+    if form.is_valid() and (refusal := limits.sign_up_refusal(request)) is not None:
+        form.add_error(None, forms.ValidationError(refusal.message, code="rate_limit"))
+    if form.is_valid() and (user := _create(form)) is not None:
+        login(request, user, backend=PASSWORD_BACKEND)
+        response = redirect(next_url or settings.LOGIN_REDIRECT_URL)
+        limits.remember_device(response, user.get_username())
+        return response
+    context = {"form": form, "next": next_url, "challenge": proof.challenge(level) if level else None}
     if refusal is None:
         return render(request, "registration/signup.html", context)
     response = render(request, "registration/signup.html", context, status=429)

@@ -348,6 +348,12 @@ def ratelimit_key(scope: str, client: str) -> str:
     return f"ticket:ratelimit:{scope}:{client}"
 
 
+def proof_spent_key(purpose: str, mark: bytes) -> str:
+    """A proof-of-work solution used outside an event's line (sign-up), kept until
+    its challenge expires. (A join's are kept by the join script: EventKeys.proofs.)"""
+    return f"ticket:proof:{purpose}:{mark.hex()}"
+
+
 def key(event_id: str, *parts: str) -> str:
     """`ticket:{<eventId>}:<entity>[:<id>]`, the naming rule of DESIGN.md."""
     return f"ticket:{{{event_id}}}:" + ":".join(parts)

@@ -2,9 +2,11 @@
 app server over HTTP with their CSRF token, from a client address of the test's
 choosing (sent as X-Forwarded-For, which the server believes from TRUSTED_PROXIES)."""
 
+import json
 import re
 from dataclasses import dataclass
 
+import altcha
 import requests
 
 PASSWORD = "queue-Seat-7781"
@@ -52,9 +54,23 @@ class Browser:
         found = re.search(r'<span class="user">([^<]+)</span>', self.get("/").text)
         return found.group(1) if found else None
 
+    def solved_challenge(self) -> str:
+        """The sign-up page's proof-of-work challenge, solved as the page's widget
+        solves it: the payload the form sends as `altcha`."""
+        page = self.get("/accounts/signup/").text
+        found = re.search(r'<script id="proof-challenge" type="application/json">(.*?)</script>', page)
+        assert found, "the sign-up page asks for no proof of work"
+        return solve(json.loads(found.group(1)))
+
     def _headers(self) -> dict[str, str]:
         return {"X-Forwarded-For": self.address, "Accept": "text/html"}
 
     @staticmethod
     def _answer(answer: requests.Response) -> Answer:
         return Answer(answer.status_code, answer.text, answer.headers.get("Location", ""))
+
+
+def solve(challenge: dict) -> str:
+    """A proof-of-work challenge solved: the payload a form or a join sends as `altcha`."""
+    parsed = altcha.Challenge.from_dict(challenge)
+    return altcha.Payload(parsed, altcha.solve_challenge(parsed)).to_base64()
