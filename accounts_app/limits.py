@@ -1,5 +1,6 @@
 """What an account costs a script: password attempts and sign-ups, counted per client
-(an IPv4 address or an IPv6 /64) and password attempts per account too.
+(an IPv4 address or an IPv6 /64), password attempts per account too, and the
+confirmation mails an account may have sent.
 
 Counted by the project's limiter (lua/ratelimit.lua, ticketing/ratelimit.py), in the
 Redis every app server shares, rather than by a second mechanism such as
@@ -35,6 +36,9 @@ from ticketing.ratelimit import client_ip, client_net
 
 SIGN_IN_WINDOW_MS = 60_000  # RATE_LIMIT_SIGN_IN and RATE_LIMIT_SIGN_IN_ACCOUNT are per minute
 SIGN_UP_WINDOW_MS = 3_600_000  # RATE_LIMIT_SIGN_UP is per hour
+# Confirmation links one account may have sent an hour (accounts_app/confirm.py),
+# the sign-up's included: an address a stranger typed is not flooded with mail.
+CONFIRMATION_MAILS_PER_HOUR = 3
 DEVICE_COOKIE = "sign_in_device"
 DEVICE_MAX_AGE = 365 * 86_400  # a browser that signed in this year
 _DEVICE_SALT = "accounts_app.limits.device"
@@ -171,6 +175,20 @@ def sign_up_refusal(request: HttpRequest) -> Refusal | None:
     message = ngettext(
         "Too many sign-ups from your network. Try again in %(minutes)d minute.",
         "Too many sign-ups from your network. Try again in %(minutes)d minutes.",
+        minutes,
+    )
+    return Refusal(message % {"minutes": minutes}, wait)
+
+
+def confirmation_mail_refusal(user_id: int) -> Refusal | None:
+    """Count a confirmation link about to be sent for an account."""
+    wait = _wait("confirmation-mail", str(user_id), CONFIRMATION_MAILS_PER_HOUR, SIGN_UP_WINDOW_MS)
+    if wait is None:
+        return None
+    minutes = math.ceil(wait / 60)
+    message = ngettext(
+        "Too many links were sent for this account. Try again in %(minutes)d minute.",
+        "Too many links were sent for this account. Try again in %(minutes)d minutes.",
         minutes,
     )
     return Refusal(message % {"minutes": minutes}, wait)

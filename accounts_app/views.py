@@ -1,26 +1,31 @@
 """Sign in, sign up and sign out: Django's own auth, in the site's pages.
 
 Sign-in and sign-out are Django's views (they already check `next` and rotate the
-session), with the limits of accounts_app/limits.py; only sign-up is ours, because
-Django ships no view for it.
+session), with the limits of accounts_app/limits.py; sign-up is ours, because Django
+ships no view for it, and so is the confirmation of an email address
+(accounts_app/confirm.py).
 """
+
+from urllib.parse import quote
 
 from django import forms
 from django.conf import settings
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth import login
 from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import AuthenticationForm, UserCreationForm
 from django.contrib.auth.views import LoginView, LogoutView
 from django.db import IntegrityError, transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
 
-from accounts_app import limits, proof
+from accounts_app import confirm, limits, proof
 from queue_app import proof as queue_proof
 from ticketing.errors import DomainError
 
@@ -76,6 +81,10 @@ class SignUpForm(UserCreationForm):
     def __init__(self, *args, difficulty: int = 0, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.difficulty = difficulty
+        if settings.ACCOUNTS_REQUIRE_CONFIRMED_EMAIL:
+            # The address the confirmation link goes to.
+            self.fields["email"].required = True
+            self.fields["email"].label = _("Email")
         self.solved: queue_proof.Proof | None = None
 
     def clean(self) -> dict:
@@ -142,6 +151,9 @@ def sign_up(request: HttpRequest) -> HttpResponse:
     if form.is_valid() and (user := _create(form)) is not None:
         login(request, user, backend=PASSWORD_BACKEND)
         response = redirect(next_url or settings.LOGIN_REDIRECT_URL)
+        if settings.ACCOUNTS_REQUIRE_CONFIRMED_EMAIL:
+            _send_confirmation(request, user, user.email)
+            response = redirect(_confirm_url(next_url))
         limits.remember_device(response, user.get_username())
         return response
     context = {"form": form, "next": next_url, "challenge": proof.challenge(level) if level else None}
@@ -150,3 +162,60 @@ def sign_up(request: HttpRequest) -> HttpResponse:
     response = render(request, "registration/signup.html", context, status=429)
     response["Retry-After"] = str(refusal.retry_after)
     return response
+
+
+# The address the last confirmation link went to, for the confirm page to say so.
+SENT_TO = "accounts_app.confirmation_sent_to"
+
+
+def _confirm_url(next_url: str) -> str:
+    return reverse("confirm-email") + (f"?next={quote(next_url)}" if next_url else "")
+
+
+def _send_confirmation(request: HttpRequest, user: AbstractBaseUser, email: str) -> str | None:
+    """Send the link, counted against the account's mails: None when sent, else
+    what to tell the person."""
+    refusal = limits.confirmation_mail_refusal(user.pk)
+    if refusal is not None:
+        return refusal.message
+    if not confirm.send_link(request, user, email):
+        return _("We could not send the mail just now. Try again in a few minutes.")
+    request.session[SENT_TO] = email
+    return None
+
+
+class EmailForm(forms.Form):
+    email = forms.EmailField(label=_("Email"), widget=forms.EmailInput(attrs={"autocomplete": "email"}))
+
+
+@login_required
+@never_cache
+def confirm_email(request: HttpRequest) -> HttpResponse:
+    """Where a signed-in person confirms their address: whether it is confirmed,
+    and a form that sends the link (to their address, or one they type)."""
+    next_url = _safe_next(request)
+    form = EmailForm(request.POST or None, initial={"email": request.user.email})
+    if form.is_valid():
+        problem = _send_confirmation(request, request.user, form.cleaned_data["email"])
+        if problem is None:
+            return redirect(_confirm_url(next_url))
+        form.add_error(None, problem)
+    context = {
+        "form": form,
+        "next": next_url,
+        "confirmed": confirm.confirmed_address(request.user),
+        "sent_to": request.session.get(SENT_TO),
+        "days": confirm.LINK_MAX_AGE // 86_400,
+    }
+    return render(request, "registration/confirm_email.html", context)
+
+
+@never_cache
+def confirm_email_link(request: HttpRequest, token: str) -> HttpResponse:
+    """The link in the mail. Opening it confirms (no form to send): a mail reader
+    that opens links to check them confirms only that the mail was delivered,
+    which is what the link proves anyway."""
+    outcome, email = confirm.confirm(token)
+    status = 200 if outcome is confirm.Outcome.CONFIRMED else 400
+    context = {"outcome": outcome.value, "email": email}
+    return render(request, "registration/confirm_email_done.html", context, status=status)

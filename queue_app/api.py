@@ -14,6 +14,7 @@ from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from accounts_app import confirm
 from queue_app import draw, proof, services
 from queue_app.models import EVENT_ID_PATTERN
 from ticketing.api import Endpoint, StrictField, responses
@@ -23,11 +24,14 @@ from ticketing.ratelimit import JoinThrottle, LeaveThrottle, client_address
 def client_of(request: Request) -> services.Client:
     """Who asks, for the event's protections: the account signed in by Django's
     session (on this lane only: the fast lane hands requests with a session to it),
-    and the client address."""
-    account = Endpoint.account_id(request)
-    return services.Client(
-        account="" if account is None else str(account), address=client_address(request.META)
-    )
+    and the client address. An account that must confirm its email address first
+    asks as none (services.Client.unconfirmed)."""
+    account, address = Endpoint.account_id(request), client_address(request.META)
+    if account is None:
+        return services.Client(address=address)
+    if not confirm.may_hold_place(account):
+        return services.Client(address=address, unconfirmed=True)
+    return services.Client(account=str(account), address=address)
 
 
 def anonymous_client(meta: Mapping) -> services.Client:
@@ -182,6 +186,7 @@ class JoinView(Endpoint):
             JoinedOutput,
             "VALIDATION_ERROR",
             "ACCOUNT_REQUIRED",
+            "EMAIL_UNCONFIRMED",
             "CSRF_FAILED",
             "PROOF_OF_WORK",
             "UNSUPPORTED_MEDIA_TYPE",
@@ -214,6 +219,7 @@ class RejoinView(Endpoint):
             RejoinedOutput,
             "VALIDATION_ERROR",
             "ACCOUNT_REQUIRED",
+            "EMAIL_UNCONFIRMED",
             "CSRF_FAILED",
             "UNSUPPORTED_MEDIA_TYPE",
             "PAYLOAD_TOO_LARGE",

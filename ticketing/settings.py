@@ -363,6 +363,35 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "event-list"
 LOGOUT_REDIRECT_URL = "event-list"
 
+# true: an account holds a place on an account-only event only once its email
+# address is confirmed, by a signed link sent to it (accounts_app/confirm.py); one
+# mailbox confirms one account. Sign-up then asks for an address.
+ACCOUNTS_REQUIRE_CONFIRMED_EMAIL = _bool("ACCOUNTS_REQUIRE_CONFIRMED_EMAIL", False)
+
+# --- Mail ---
+# EMAIL_URL: smtp://user:password@host:25, smtp+tls://...:587 (STARTTLS),
+# smtp+ssl://...:465, or consolemail:// (printed; the default). Django's backends.
+_email_url = env.str("EMAIL_URL", default="").strip()
+if ACCOUNTS_REQUIRE_CONFIRMED_EMAIL and not _email_url:
+    raise ImproperlyConfigured(
+        "ACCOUNTS_REQUIRE_CONFIRMED_EMAIL=true needs EMAIL_URL (smtp://host:port), where the "
+        "confirmation links are sent; consolemail:// prints them instead"
+    )
+try:
+    _email = environ.Env.email_url_config(_email_url or "consolemail://")
+except (ValueError, KeyError, ImproperlyConfigured) as exc:
+    raise ImproperlyConfigured(f"EMAIL_URL={_email_url!r}: {exc}") from None
+EMAIL_BACKEND = _email["EMAIL_BACKEND"]
+EMAIL_HOST = _email["EMAIL_HOST"] or "localhost"
+EMAIL_PORT = _email["EMAIL_PORT"] or 25
+EMAIL_HOST_USER = _email["EMAIL_HOST_USER"] or ""
+EMAIL_HOST_PASSWORD = _email["EMAIL_HOST_PASSWORD"] or ""
+EMAIL_USE_TLS = _email.get("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = _email.get("EMAIL_USE_SSL", False)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="tickets@localhost")
+# A mail server that does not answer must not hold a request's thread for long.
+EMAIL_TIMEOUT = _int("EMAIL_TIMEOUT", 10, minimum=1)
+
 LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("ko", "한국어")]
 LOCALE_PATHS = [BASE_DIR / "locale"]

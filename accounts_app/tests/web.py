@@ -49,6 +49,17 @@ class Browser:
         form = {"username": username, "password1": PASSWORD, "password2": PASSWORD}
         return self.post("/accounts/signup/", {**form, **fields})
 
+    def join(self, event_id: str) -> tuple[int, dict]:
+        """A join of the event's line as the waiting room's page sends it, signed in
+        (the session cookie, and the CSRF token Django's lane checks then)."""
+        headers = {**self._headers(), "Accept": "application/json"}
+        if "csrftoken" in self.session.cookies:
+            headers["X-CSRFToken"] = self.session.cookies["csrftoken"]
+        answer = self.session.post(
+            f"{self.base}/api/queue/join", json={"eventId": event_id}, headers=headers, timeout=60
+        )
+        return answer.status_code, answer.json()
+
     def signed_in_as(self) -> str | None:
         """The account the server sees, from the header of the event list."""
         found = re.search(r'<span class="user">([^<]+)</span>', self.get("/").text)
