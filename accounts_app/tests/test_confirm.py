@@ -138,3 +138,21 @@ def test_the_option_without_a_mail_server_stops_start_up():
     result = _start(ACCOUNTS_REQUIRE_CONFIRMED_EMAIL="true", EMAIL_URL="smtp://mail.internal:25")
     assert result.returncode == 0, result.stderr
     assert _start(EMAIL_URL="smtp://mail.internal:port").returncode != 0
+
+
+def test_a_mail_server_that_is_away_costs_the_person_no_account(settings, user):
+    """The account is made and signed in; the page says the mail did not go, and
+    sends it again later."""
+    from conftest import free_port
+
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", free_port()  # nothing listens there
+    client = Client()
+    fields = {"username": f"m-{uuid.uuid4().hex[:8]}", "password1": PASSWORD, "password2": PASSWORD}
+    answer = client.post("/accounts/signup/", {**fields, "email": "away@example.com"})
+    assert answer.status_code == 302 and answer["Location"] == "/accounts/confirm/"
+    page = client.get("/accounts/confirm/").text
+    assert "We sent a link" not in page and "Send the link" in page
+    again = client.post("/accounts/confirm/", {"email": "away@example.com"})
+    assert again.status_code == 200
+    assert "We could not send the mail just now. Try again in a few minutes." in again.text
