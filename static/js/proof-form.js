@@ -11,6 +11,9 @@
   const field = form.querySelector('input[name="altcha"]');
   const button = form.querySelector('button[type="submit"]');
   const status = document.getElementById("proof-status");
+  const failed = () => { status.textContent = status.dataset.failed; };
+  // The widget's script did not load, or the solve never ended: say so.
+  const stuck = setTimeout(failed, 30000);
 
   customElements.whenDefined("altcha-widget").then(() => {
     const widget = document.createElement("altcha-widget");
@@ -24,6 +27,7 @@
       hideLogo: true,
     }));
     widget.addEventListener("verified", (e) => {
+      clearTimeout(stuck);
       field.value = e.detail.payload;
       widget.remove();
       status.hidden = true;
@@ -31,8 +35,9 @@
     });
     widget.addEventListener("statechange", (e) => {
       if (e.detail.state !== "error" && e.detail.state !== "expired") return;
+      clearTimeout(stuck);
       widget.remove();
-      status.textContent = status.dataset.failed;
+      failed();
     });
     document.getElementById("proof-widget").replaceChildren(widget);
   });
