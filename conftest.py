@@ -83,6 +83,8 @@ def _test_settings(settings) -> None:
     settings.RATE_LIMIT_BOOKING = 0
     settings.RATE_LIMIT_BOOKING_TOKEN = 0
     settings.RATE_LIMIT_SIGN_IN = 0
+    settings.RATE_LIMIT_SIGN_IN_ACCOUNT = 0
+    settings.RATE_LIMIT_SIGN_UP = 0
     # Each poll refreshes its process's copy of the line first, so that a test sees
     # what it just did; queue_app/tests/test_line.py tests the copy's staleness.
     settings.QUEUE_LINE_REFRESH_MS = 0
@@ -457,6 +459,8 @@ def server_env(**overrides: str) -> dict[str, str]:
         "RATE_LIMIT_LEAVE": "0",
         "RATE_LIMIT_CHALLENGE": "0",
         "RATE_LIMIT_SIGN_IN": "0",
+        "RATE_LIMIT_SIGN_IN_ACCOUNT": "0",
+        "RATE_LIMIT_SIGN_UP": "0",
         "QUEUE_LINE_REFRESH_MS": "0",
         **overrides,
     }

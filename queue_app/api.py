@@ -14,6 +14,7 @@ from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from accounts_app import confirm
 from queue_app import draw, proof, services
 from queue_app.models import EVENT_ID_PATTERN
 from ticketing.api import Endpoint, StrictField, responses
@@ -23,10 +24,15 @@ from ticketing.ratelimit import ChallengeThrottle, JoinThrottle, LeaveThrottle, 
 def client_of(request: Request) -> services.Client:
     """Who asks, for the event's protections: the account signed in by Django's
     session (on this lane only: the fast lane hands requests with a session to it),
-    and the client address."""
+    and the client address (and an IPv6 client's /48). An account that must confirm
+    its email address first asks as none (services.Client.unconfirmed)."""
     account = Endpoint.account_id(request)
     address, site = client_address(request.META)
-    return services.Client(account="" if account is None else str(account), address=address, site=site)
+    if account is None:
+        return services.Client(address=address, site=site)
+    if not confirm.may_hold_place(account):
+        return services.Client(address=address, site=site, unconfirmed=True)
+    return services.Client(account=str(account), address=address, site=site)
 
 
 def anonymous_client(meta: Mapping) -> services.Client:
@@ -186,6 +192,7 @@ class JoinView(Endpoint):
             JoinedOutput,
             "VALIDATION_ERROR",
             "ACCOUNT_REQUIRED",
+            "EMAIL_UNCONFIRMED",
             "CSRF_FAILED",
             "PROOF_OF_WORK",
             "UNSUPPORTED_MEDIA_TYPE",
@@ -219,6 +226,7 @@ class RejoinView(Endpoint):
             RejoinedOutput,
             "VALIDATION_ERROR",
             "ACCOUNT_REQUIRED",
+            "EMAIL_UNCONFIRMED",
             "CSRF_FAILED",
             "UNSUPPORTED_MEDIA_TYPE",
             "PAYLOAD_TOO_LARGE",

@@ -111,11 +111,15 @@ class Joined:
 class Client:
     """Who asks for a place, for the event's protections (lua/join.lua): the
     signed-in account, the client address and an IPv6 client's /48
-    (ticketing.ratelimit.client_address)."""
+    (ticketing.ratelimit.client_address). A signed-in account that may not hold a
+    place on an account-only event yet (its email address is not confirmed:
+    accounts_app/confirm.py) asks as no account, `unconfirmed`, and such an event
+    tells it to confirm."""
 
     account: str = ""
     address: bytes = b""
     site: bytes = b""
+    unconfirmed: bool = False
 
 
 def _join_call(event_id: str, token: Token | None, proof: str | None, client: Client) -> Call:
@@ -159,7 +163,7 @@ def _receipt(event_id: str, token: bytes, prequeue: int) -> str | None:
     return draw.receipt(event_id, token).hex() if prequeue else None
 
 
-def _joined(event_id: str, token: Token | None, reply: list) -> Joined:
+def _joined(event_id: str, token: Token | None, reply: list, client: Client) -> Joined:
     outcome, *rest = reply
     if outcome == b"JOINED":
         return Joined(Token.of(rest[1]).text, event_id, rest[0], receipt=_receipt(event_id, rest[1], rest[2]))
@@ -180,6 +184,8 @@ def _joined(event_id: str, token: Token | None, reply: list) -> Joined:
         raise DomainError("EVENT_CLOSED", "Booking for this event has closed.")
     if outcome == b"ALREADY_BOOKED":
         raise _already_booked(rest[1])
+    if outcome == b"ACCOUNT_REQUIRED" and client.unconfirmed:
+        raise DomainError("EMAIL_UNCONFIRMED", "Confirm your email address to join this event's line.")
     if outcome == b"ACCOUNT_REQUIRED":
         raise DomainError("ACCOUNT_REQUIRED", "Sign in to join this event's line.")
     if outcome == b"TOO_MANY_PLACES":
@@ -199,11 +205,11 @@ _ANYONE = Client()
 def queue_join(*, event_id: str, proof: str | None = None, client: Client = _ANYONE) -> Joined:
     """A new person: a fresh token at the back of the line (or, on an account event,
     the account's live place)."""
-    return _joined(event_id, None, r.run(*_join_call(event_id, None, proof, client)))
+    return _joined(event_id, None, r.run(*_join_call(event_id, None, proof, client)), client)
 
 
 async def aqueue_join(*, event_id: str, proof: str | None = None, client: Client = _ANYONE) -> Joined:
-    return _joined(event_id, None, await r.arun(*_join_call(event_id, None, proof, client)))
+    return _joined(event_id, None, await r.arun(*_join_call(event_id, None, proof, client)), client)
 
 
 def queue_rejoin(
@@ -211,13 +217,13 @@ def queue_rejoin(
 ) -> Joined:
     """A returning person (F5): the same place while waiting or active; otherwise a
     new token at the back, the old one left as it was (EXPIRED, or NOT_FOUND)."""
-    return _joined(event_id, token, r.run(*_join_call(event_id, token, proof, client)))
+    return _joined(event_id, token, r.run(*_join_call(event_id, token, proof, client)), client)
 
 
 async def aqueue_rejoin(
     *, event_id: str, token: Token, proof: str | None = None, client: Client = _ANYONE
 ) -> Joined:
-    return _joined(event_id, token, await r.arun(*_join_call(event_id, token, proof, client)))
+    return _joined(event_id, token, await r.arun(*_join_call(event_id, token, proof, client)), client)
 
 
 @dataclass(frozen=True, slots=True)

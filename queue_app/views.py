@@ -12,6 +12,7 @@ from django.templatetags.static import static
 from django.urls import reverse
 from django.utils.translation import gettext as _
 
+from accounts_app import confirm
 from queue_app import draw
 from queue_app.models import Event
 from ticketing.errors import DomainError
@@ -51,6 +52,10 @@ def waiting_room(request: HttpRequest, event_id: str) -> HttpResponse:
         "drawUrl": reverse("draw-page", args=[event.event_id]),
         "signedIn": request.user.is_authenticated,
         "loginUrl": reverse("login") + "?next=" + quote(request.path),
+        # A signed-in account whose email address must be confirmed first: told so
+        # before it tries (a join would answer EMAIL_UNCONFIRMED).
+        "mustConfirm": request.user.is_authenticated and not confirm.may_hold_place(request.user.pk),
+        "confirmUrl": reverse("confirm-email") + "?next=" + quote(request.path),
         "strings": {
             "joining": _("Joining the line…"),
             "position": _("You are number %(rank)s in line"),
@@ -70,6 +75,8 @@ def waiting_room(request: HttpRequest, event_id: str) -> HttpResponse:
             "tooManyPlaces": _("You already hold as many places as this address may."),
             "signIn": _("Sign in to join this line."),
             "signInLink": _("Sign in"),
+            "confirmEmail": _("Confirm your email address to join this line."),
+            "confirmEmailLink": _("Confirm your email address"),
             "preQueue": _("You are in. The order is drawn at %(time)s."),
             "countdown": _("Starts in %(time)s"),
             "drawing": _("Drawing the order of everyone who came before the start…"),

@@ -130,6 +130,8 @@ _MEANING = {
     "RATE_LIMIT": "too many requests from this client; wait Retry-After seconds",
     "TOO_MANY_PLACES": "this client address already holds the event's most live places",
     "ACCOUNT_REQUIRED": "this event needs a signed-in account (a session cookie)",
+    "EMAIL_UNCONFIRMED": "this event needs an account whose email address is confirmed "
+    "(ACCOUNTS_REQUIRE_CONFIRMED_EMAIL): the link sent from /accounts/confirm/ confirms it",
     "CSRF_FAILED": "a signed-in request without the X-CSRFToken header of its csrftoken cookie",
     "PROOF_OF_WORK": "this event needs a solved challenge (GET /api/queue/challenge) in `altcha`; "
     "it was missing, wrong, expired, used before, or of a challenge easier than the event asks now",

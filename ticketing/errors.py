@@ -40,6 +40,7 @@ STATUS: dict[str, int] = {
     "ACCOUNT_REQUIRED": 401,
     "EVENT_CLOSED": 403,
     "PROOF_OF_WORK": 403,
+    "EMAIL_UNCONFIRMED": 403,
     "NOT_ACTIVE": 403,
     "INVALID_TOKEN": 403,
     "FORBIDDEN": 403,

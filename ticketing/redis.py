@@ -358,6 +358,12 @@ def ratelimit_keys(scope: str, units: tuple[str, ...]) -> list[str]:
     return [f"{tagged}:{unit}" for unit in units[:-1]] + [tagged]
 
 
+def proof_spent_key(purpose: str, mark: bytes) -> str:
+    """A proof-of-work solution used outside an event's line (sign-up), kept until
+    its challenge expires. (A join's are kept by the join script: EventKeys.proofs.)"""
+    return f"ticket:proof:{purpose}:{mark.hex()}"
+
+
 def key(event_id: str, *parts: str) -> str:
     """`ticket:{<eventId>}:<entity>[:<id>]`, the naming rule of DESIGN.md."""
     return f"ticket:{{{event_id}}}:" + ":".join(parts)

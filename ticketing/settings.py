@@ -244,7 +244,13 @@ RATE_LIMIT_CHALLENGE = _int("RATE_LIMIT_CHALLENGE", 10)
 # Bookings per client address, and per token, per second (0: off).
 RATE_LIMIT_BOOKING = _int("RATE_LIMIT_BOOKING", 10)
 RATE_LIMIT_BOOKING_TOKEN = _int("RATE_LIMIT_BOOKING_TOKEN", 2)
-RATE_LIMIT_SIGN_IN = _int("RATE_LIMIT_SIGN_IN", 10)  # per client and minute: password guessing
+# Password guessing, on every sign-in form (the admin's too): attempts per client and
+# minute, and per account and minute (a browser that signed in to the account before
+# counts apart: accounts_app/limits.py). Sign-ups per client and hour: a home or an
+# office signs up a few people, a script as many as it can (docs/fairness.md).
+RATE_LIMIT_SIGN_IN = _int("RATE_LIMIT_SIGN_IN", 10)
+RATE_LIMIT_SIGN_IN_ACCOUNT = _int("RATE_LIMIT_SIGN_IN_ACCOUNT", 10)
+RATE_LIMIT_SIGN_UP = _int("RATE_LIMIT_SIGN_UP", 10)
 # An IPv6 /48 (a site: 65,536 /64s, free from tunnel brokers) may do this many times
 # what one client may: every limit per client, and an event's live places per address.
 IPV6_48_LIMIT_FACTOR = _int("IPV6_48_LIMIT_FACTOR", 8, minimum=1)
@@ -325,6 +331,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",  # the docs page's assets, served from here (no CDN)
+    "accounts_app",
     "queue_app",
     "booking_app",
 ]
@@ -364,14 +371,45 @@ TEMPLATES = [
     },
 ]
 
+# The limits first: past one, authenticate() stops before a password is checked.
+AUTHENTICATION_BACKENDS = ["accounts_app.limits.SignInLimits", "django.contrib.auth.backends.ModelBackend"]
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
-# Django's auth pages (ticketing/accounts.py): where to sign in, and where people land after.
+# Django's auth pages (accounts_app/views.py): where to sign in, and where people land after.
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "event-list"
 LOGOUT_REDIRECT_URL = "event-list"
+
+# true: an account holds a place on an account-only event only once its email
+# address is confirmed, by a signed link sent to it (accounts_app/confirm.py); one
+# mailbox confirms one account. Sign-up then asks for an address.
+ACCOUNTS_REQUIRE_CONFIRMED_EMAIL = _bool("ACCOUNTS_REQUIRE_CONFIRMED_EMAIL", False)
+
+# --- Mail ---
+# EMAIL_URL: smtp://user:password@host:25, smtp+tls://...:587 (STARTTLS),
+# smtp+ssl://...:465, or consolemail:// (printed; the default). Django's backends.
+_email_url = env.str("EMAIL_URL", default="").strip()
+if ACCOUNTS_REQUIRE_CONFIRMED_EMAIL and not _email_url:
+    raise ImproperlyConfigured(
+        "ACCOUNTS_REQUIRE_CONFIRMED_EMAIL=true needs EMAIL_URL (smtp://host:port), where the "
+        "confirmation links are sent; consolemail:// prints them instead"
+    )
+try:
+    _email = environ.Env.email_url_config(_email_url or "consolemail://")
+except (ValueError, KeyError, ImproperlyConfigured) as exc:
+    raise ImproperlyConfigured(f"EMAIL_URL={_email_url!r}: {exc}") from None
+EMAIL_BACKEND = _email["EMAIL_BACKEND"]
+EMAIL_HOST = _email["EMAIL_HOST"] or "localhost"
+EMAIL_PORT = _email["EMAIL_PORT"] or 25
+EMAIL_HOST_USER = _email["EMAIL_HOST_USER"] or ""
+EMAIL_HOST_PASSWORD = _email["EMAIL_HOST_PASSWORD"] or ""
+EMAIL_USE_TLS = _email.get("EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = _email.get("EMAIL_USE_SSL", False)
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="tickets@localhost")
+# A mail server that does not answer must not hold a request's thread for long.
+EMAIL_TIMEOUT = _int("EMAIL_TIMEOUT", 10, minimum=1)
 
 LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("ko", "한국어")]

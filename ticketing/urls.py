@@ -9,7 +9,7 @@ from django.urls import include, path
 from django.views.decorators.csrf import csrf_exempt
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from ticketing import accounts, metrics
+from ticketing import metrics
 
 
 # No CSRF check: it changes nothing, and a POST is answered 405 like any other method
@@ -30,11 +30,9 @@ urlpatterns = [
     path("metrics", metrics.view, name="metrics"),  # METRICS_ALLOWED_FROM only
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+    path("", include("accounts_app.urls")),
     path("admin/", admin.site.urls),
     path("i18n/", include("django.conf.urls.i18n")),
-    path("accounts/login/", accounts.sign_in, name="login"),
-    path("accounts/signup/", accounts.sign_up, name="signup"),
-    path("accounts/logout/", accounts.sign_out, name="logout"),
     path("", include("queue_app.urls")),
     path("", include("booking_app.urls")),
 ]

@@ -104,17 +104,20 @@
     }
     if (error.code === "RATE_LIMIT") { retry(S.rateLimited); return true; }
     if (error.code === "ACCOUNT_REQUIRED") { signIn(); return true; }
+    if (error.code === "EMAIL_UNCONFIRMED") { signIn(S.confirmEmail, S.confirmEmailLink, cfg.confirmUrl); return true; }
     if (error.code === "TOO_MANY_PLACES") { refused(S.tooManyPlaces); return true; }
     showError(error.message);
     return true;
   }
 
-  function signIn() {
+  // What the account event needs first: a signed-in account, or (with `text`,
+  // `label` and `url`) the account's email address confirmed.
+  function signIn(text, label, url) {
     showError("");
-    $("signin-message").textContent = S.signIn;
+    $("signin-message").textContent = text || S.signIn;
     const link = $("signin-link");
-    link.textContent = S.signInLink;
-    link.href = cfg.loginUrl;
+    link.textContent = label || S.signInLink;
+    link.href = url || cfg.loginUrl;
     show("signin");
   }
 
@@ -223,6 +226,9 @@
   // undefined when none was asked for yet, null when the event asks for none.
   async function enter(rejoin, proof) {
     if (cfg.requireAccount && !cfg.signedIn) return signIn();
+    if (cfg.requireAccount && cfg.mustConfirm) {
+      return signIn(S.confirmEmail, S.confirmEmailLink, cfg.confirmUrl);
+    }
     const token = readToken();
     // A new place needs a solution; a rejoin tries without one first (keeping a
     // place needs none) and solves only when the answer asks for it.
