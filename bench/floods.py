@@ -3,6 +3,9 @@ while they hold.
 
     .venv/bin/python bench/floods.py slow --url http://127.0.0.1:8000
     .venv/bin/python bench/floods.py slow --url http://127.0.0.1:8000 --event ktx-2026-chuseok --rounds 10
+    .venv/bin/python bench/floods.py signup --url http://127.0.0.1:8000 -n 40
+
+`signup`: sign-ups from one address, as fast as they go (bench/signup.py).
 
 `slow`: requests that stall. For each kind of body (JSON, a form, multipart, chunked)
 BODIES connections send their head and part of their body, then nothing more: half
@@ -29,6 +32,7 @@ import contextlib
 import select
 import socket
 import statistics
+import sys
 import threading
 import time
 import uuid
@@ -274,9 +278,22 @@ def main() -> None:
     sl.add_argument("--rounds", type=int, default=5, help="times each request is measured")
     sl.add_argument("--hold", type=float, default=12, help="seconds the flood holds after the measurement")
     sl.set_defaults(run=slow)
+    su = sub.add_parser("signup", help="sign-ups from one address, as fast as they go")
+    su.add_argument("--url", required=True, help="the server, e.g. http://127.0.0.1:8000")
+    su.add_argument("-n", type=int, default=40, help="sign-ups to send (40)")
+    su.add_argument("--concurrency", type=int, default=8, help="sign-ups in flight at once (8)")
+    su.add_argument("--address", help="the client address to claim (X-Forwarded-For)")
+    su.add_argument("--json", action="store_true", help="print the result as JSON")
+    su.set_defaults(run=signup)
     args = parser.parse_args()
     with contextlib.suppress(KeyboardInterrupt):
-        args.run(args)
+        sys.exit(args.run(args))
+
+
+def signup(args: argparse.Namespace) -> int:
+    import signup as flood  # bench/signup.py, beside this script
+
+    return flood.report(flood.run(args.url.rstrip("/"), args.n, args.concurrency, args.address), args.json)
 
 
 if __name__ == "__main__":

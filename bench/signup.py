@@ -1,7 +1,7 @@
-"""A sign-up flood against a running server: N sign-ups from one address, as fast as
-they go, and how many were accepted and refused (docs/fairness.md).
+"""The sign-up flood of bench/floods.py: N sign-ups from one address, as fast as they
+go, and how many were accepted and refused (docs/fairness.md).
 
-    .venv/bin/python bench/signup_flood.py http://127.0.0.1:8000 [-n 40] [--concurrency 8]
+    .venv/bin/python bench/floods.py signup --url http://127.0.0.1:8000 [-n 40] [--concurrency 8]
         [--address 203.0.113.7] [--json]
 
 Each sign-up is a browser of its own, as a script makes them: the sign-up page (its
@@ -16,7 +16,6 @@ An answer is accepted (302: the account was made), refused by the client's limit
 reason the page gives).
 """
 
-import argparse
 import json
 import re
 import sys
@@ -97,16 +96,9 @@ def run(base: str, n: int = 40, concurrency: int = 8, address: str | None = None
     }
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("base", help="the server's URL, e.g. http://127.0.0.1:8000")
-    parser.add_argument("-n", type=int, default=40, help="sign-ups to send (40)")
-    parser.add_argument("--concurrency", type=int, default=8, help="sign-ups in flight at once (8)")
-    parser.add_argument("--address", help="the client address to claim (X-Forwarded-For)")
-    parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    args = parser.parse_args()
-    result = run(args.base.rstrip("/"), args.n, args.concurrency, args.address)
-    if args.json:
+def report(result: dict, as_json: bool = False) -> int:
+    """Print the result; the exit status: 1 when a sign-up failed to be sent."""
+    if as_json:
         print(json.dumps(result, indent=2))
     else:
         why = ", ".join(f"{k}: {v}" for k, v in sorted(result["byOutcome"].items()) if k != "accepted")
@@ -122,7 +114,3 @@ def main() -> int:
         for error in result["errors"]:
             print(f"error: {error}", file=sys.stderr)
     return 1 if result["errors"] else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
