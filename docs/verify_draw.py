@@ -14,8 +14,9 @@ The algorithm, restated here on purpose so that checking needs none of the
 service's code:
 
     receipt     = 8 bytes (16 hex digits), one per place of the pre-queue; the
-                  list gives them in the order they joined, each with its position
-    listDigest  = SHA-256(the receipts in the list's order, concatenated as bytes)
+                  published list gives each with its position, in any order
+    list        = the receipts sorted (as bytes): an order nobody chooses
+    listDigest  = SHA-256(the list, concatenated as bytes)
     finalSeed   = SHA-256(seed || listDigest)
     words       = SHA-256(finalSeed || 0) || SHA-256(finalSeed || 1) || ...
                   (counters 8 bytes big-endian), read as 64-bit big-endian numbers
@@ -35,11 +36,12 @@ import urllib.request
 
 
 def drawn_positions(seed: bytes, receipts: list[bytes]) -> list[int]:
-    """Each receipt's drawn position, in the list's order."""
+    """Each receipt's drawn position, in the order given (which changes nothing:
+    the draw runs over the receipts sorted)."""
     count = len(receipts)
-    final = hashlib.sha256(seed + hashlib.sha256(b"".join(receipts)).digest()).digest()
+    order = sorted(range(count), key=receipts.__getitem__)
+    final = hashlib.sha256(seed + hashlib.sha256(b"".join(receipts[i] for i in order)).digest()).digest()
     stream = b"".join(hashlib.sha256(final + c.to_bytes(8, "big")).digest() for c in range((count + 2) // 4))
-    order = list(range(count))
     for k, i in enumerate(range(count - 1, 0, -1)):
         j = int.from_bytes(stream[8 * k : 8 * k + 8], "big") % (i + 1)
         order[i], order[j] = order[j], order[i]

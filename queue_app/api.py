@@ -312,7 +312,7 @@ class DrawOutput(serializers.Serializer):
     listDigest = serializers.CharField(  # noqa: N815
         source="list_digest",
         allow_null=True,
-        help_text="SHA-256 of the receipts in the order they joined, once DRAWN",
+        help_text="SHA-256 of the receipts sorted, concatenated, once DRAWN",
     )
     finalSeed = serializers.CharField(  # noqa: N815
         source="final_seed", allow_null=True, help_text="SHA-256(seed || listDigest), once DRAWN"
@@ -341,7 +341,8 @@ class DrawView(Endpoint):
 
 class DrawReceiptsView(Endpoint):
     """The published list: one "<receipt> <position>" line per place of the
-    pre-queue, in the order they joined (text/plain). docs/verify_draw.py checks it."""
+    pre-queue, in the order they joined (text/plain; the order changes nothing, the
+    draw sorts the receipts). docs/verify_draw.py checks it."""
 
     Input, Output, source = EventInput, DrawOutput, "query"
 

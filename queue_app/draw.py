@@ -8,19 +8,22 @@ it without this project, for anyone to run):
     commitment  = SHA-256(seed)             shown from the moment the start is set
     receipt     = SHA-256("receipt" 0x00 eventId 0x00 token)[:8]
                                              each pre-queue place's public id
-    listDigest  = SHA-256(the P receipts in the order they joined, concatenated)
+    list        = the P receipts sorted (as bytes): an order nobody chooses
+    listDigest  = SHA-256(the list, concatenated)
     finalSeed   = SHA-256(seed || listDigest)
     words       = SHA-256(finalSeed || 0) || SHA-256(finalSeed || 1) || ...
                   (counters 8 bytes big-endian), read as 64-bit big-endian numbers
-    order       = the receipts in the order they joined, shuffled by Fisher-Yates:
-                  for i = P-1 down to 1, the k-th step (k from 0) swaps places i and
-                  words[k] mod (i+1); position 1 is place 0 afterwards
+    order       = the list shuffled by Fisher-Yates: for i = P-1 down to 1, the
+                  k-th step (k from 0) swaps places i and words[k] mod (i+1);
+                  position 1 is place 0 afterwards
 
 The seed is 32 random bytes chosen when the start is scheduled, kept secret until
-the draw, then published with the list: each receipt in the order the pre-queue
-was joined, with its drawn position. The commitment stops the seed from being
-chosen after the entries are known; mixing the list into the final seed stops
-anyone who knows the seed from knowing the order before the pre-queue closes.
+the draw, then published with the list: each receipt with its drawn position. The
+commitment stops the seed from being chosen after the entries are known; mixing
+the list into the final seed stops anyone who knows the seed from knowing the order
+before the pre-queue closes. The list is sorted, not in the order people joined,
+because the service knows that order alone: a draw over it could be redone over
+another order that suits the service, and nothing would show it.
 (A shuffle, where a sort by per-receipt keys would be as fair, because it is what
 keeps 2,000,000 places within seconds of Python: one hash per four places, no sort.
 The modulo's bias is below 2^-32 for any pre-queue this service can hold.)
@@ -79,9 +82,10 @@ def receipts(event_id: str, tokens: list[bytes]) -> list[bytes]:
     return [sha256(prefix + token).digest()[:RECEIPT_BYTES] for token in tokens]
 
 
-def list_digest(joined: bytes) -> bytes:
-    """Of the receipts in the order they joined, concatenated."""
-    return hashlib.sha256(joined).digest()
+def list_digest(receipts: list[bytes]) -> bytes:
+    """SHA-256 of the receipts sorted, concatenated: the same whatever order they
+    are given in."""
+    return hashlib.sha256(b"".join(sorted(receipts))).digest()
 
 
 def final_seed(seed: bytes, digest: bytes) -> bytes:
@@ -89,14 +93,17 @@ def final_seed(seed: bytes, digest: bytes) -> bytes:
 
 
 def shuffled(seed: bytes, receipts: list[bytes]) -> list[int]:
-    """The indices of `receipts` (in the order they joined) in drawn order."""
+    """The indices of `receipts` in drawn order. The shuffle runs over the receipts
+    sorted, so the order they are given in (the order they joined, say) changes
+    nothing: each receipt's position depends on the seed and the set of receipts."""
     count = len(receipts)
-    final, sha256 = final_seed(seed, list_digest(b"".join(receipts))), hashlib.sha256
+    order = sorted(range(count), key=receipts.__getitem__)  # the list: receipts sorted
+    digest = hashlib.sha256(b"".join([receipts[i] for i in order])).digest()
+    final, sha256 = final_seed(seed, digest), hashlib.sha256
     blocks = (count + 2) // 4  # count - 1 words of 8 bytes, four per hash
     words = array("Q", b"".join([sha256(final + c.to_bytes(8, "big")).digest() for c in range(blocks)]))
     if sys.byteorder == "little":
         words.byteswap()
-    order = list(range(count))
     for i, word in zip(range(count - 1, 0, -1), words, strict=False):
         j = word % (i + 1)
         order[i], order[j] = order[j], order[i]
@@ -271,7 +278,7 @@ def published(*, event_id: str, receipt: bytes | None = None) -> Published:
         position = listed.position_of(receipt)
         if position is None:
             raise DomainError("RECEIPT_NOT_FOUND", "No place of this draw has this receipt.")
-    digest = list_digest(listed.receipts)
+    digest = listed.digest
     return Published(
         event_id,
         opens_at,
@@ -289,10 +296,12 @@ def published(*, event_id: str, receipt: bytes | None = None) -> Published:
 @dataclass(frozen=True, slots=True)
 class Listed:
     """A drawn list as published: the receipts in the order they joined, 8 bytes
-    each, and each one's drawn position, 4 bytes big-endian."""
+    each, and each one's drawn position, 4 bytes big-endian; and the list's digest
+    (of the receipts sorted)."""
 
     receipts: bytes
     positions: bytes
+    digest: bytes
 
     def position_of(self, receipt: bytes) -> int | None:
         """A receipt's drawn position (a search at C speed, keeping only a match on
@@ -323,12 +332,15 @@ _listed_cache: dict[tuple, Listed] = {}
 
 def drawn_list(found: Draw) -> Listed:
     """The published list. Once drawn it never changes, so each process reads it
-    from the database once (24 MB for 2,000,000 places)."""
+    from the database, and sorts it for its digest, once (24 MB and about a second
+    for 2,000,000 places)."""
     cached = (found.pk, found.drawn_at)
     listed = _listed_cache.get(cached)
     if listed is None:
         receipts, positions = Draw.objects.values_list("receipts", "positions").get(pk=found.pk)
-        listed = Listed(bytes(receipts or b""), bytes(positions or b""))
+        receipts = bytes(receipts or b"")
+        each = [receipts[at : at + RECEIPT_BYTES] for at in range(0, len(receipts), RECEIPT_BYTES)]
+        listed = Listed(receipts, bytes(positions or b""), list_digest(each))
         if len(_listed_cache) >= 4:
             _listed_cache.pop(next(iter(_listed_cache)))
         _listed_cache[cached] = listed
