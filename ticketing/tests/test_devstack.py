@@ -333,7 +333,11 @@ def test_a_second_stack_in_the_same_checkout_is_refused(project):
 )
 def test_a_command_that_cannot_reach_a_service_says_where_in_one_line(project, variable, command, shown):
     port = free_port()
-    env = {"REDIS_URL": settings.REDIS_URL, "DATABASE_URL": database_url_of_tests()}
+    env = {
+        "REDIS_URL": settings.REDIS_URL,
+        "DATABASE_URL": database_url_of_tests(),
+        "DRAW_SIGNING_KEY": os.environ["DRAW_SIGNING_KEY"],  # as production's environment has one
+    }
     env[variable] = {
         "REDIS_URL": f"redis://127.0.0.1:{port}/0",
         "DATABASE_URL": f"postgres://postgres@127.0.0.1:{port}/nowhere",
