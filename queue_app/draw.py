@@ -47,11 +47,17 @@ import os
 import sys
 import time
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cache
 from itertools import islice
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.utils import timezone
 
 from queue_app.models import Draw, Event
@@ -239,9 +245,11 @@ class Published:
     final_seed: str | None = None
     receipt: str | None = None  # asked for, with its position
     position: int | None = None
+    public_key: str = ""  # of the key that signs receipts (hex), shown with the commitment
 
 
-def _find(event_id: str) -> Draw:
+def find(event_id: str) -> Draw:
+    """The event's draw (EVENT_NOT_FOUND, or NO_DRAW for an event without a start)."""
     found = Draw.objects.select_related("event").filter(event__event_id=event_id).first()
     if found is None or found.event.opens_at is None:
         if found is None and not Event.objects.filter(event_id=event_id).exists():
@@ -264,14 +272,14 @@ def parse_receipt(value: object) -> bytes | None:
 def published(*, event_id: str, receipt: bytes | None = None) -> Published:
     """The event's draw; with a receipt, that place's position (RECEIPT_NOT_FOUND
     when the draw has no such place; NOT_DRAWN before the draw)."""
-    found = _find(event_id)
+    found = find(event_id)
     seed = bytes(found.seed)
     opens_at = int(found.event.opens_at.timestamp() * 1000)
     if found.drawn_at is None:
         if receipt is not None:
             raise DomainError("NOT_DRAWN", "The order is drawn at the scheduled start.")
         status = "DRAWING" if found.event.opens_at <= timezone.now() else "SCHEDULED"
-        return Published(event_id, opens_at, found.commitment, status)
+        return Published(event_id, opens_at, found.commitment, status, public_key=public_key())
     listed = drawn_list(found)
     position = None
     if receipt is not None:
@@ -290,6 +298,7 @@ def published(*, event_id: str, receipt: bytes | None = None) -> Published:
         final_seed=final_seed(seed, digest).hex(),
         receipt=None if receipt is None else receipt.hex(),
         position=position,
+        public_key=public_key(),
     )
 
 
@@ -349,7 +358,91 @@ def drawn_list(found: Draw) -> Listed:
 
 def receipts_lines(*, event_id: str) -> Iterator[bytes]:
     """The published list (`Listed.lines`); NOT_DRAWN before the draw."""
-    found = _find(event_id)
+    found = find(event_id)
     if found.drawn_at is None:
         raise DomainError("NOT_DRAWN", "The order is drawn at the scheduled start.")
     return drawn_list(found).lines()
+
+
+# --- Signed receipts ------------------------------------------------------------
+#
+# A receipt in the published list proves nothing to its holder: the service writes
+# the list. So a person can have their receipt signed with the service's Ed25519
+# key (settings.DRAW_SIGNING_KEY), whose public half every draw publishes: before
+# the draw, the signature says "this receipt is a place of the draw with this
+# commitment"; after it, also "drawn at this position of the list with this digest
+# and size". A list that leaves a signed receipt out, or a seed and list that draw
+# it elsewhere, is then refuted by anyone holding the file (docs/verify_draw.py
+# --receipt-file), and the service cannot disown the file.
+
+# What a signature covers, in this order (docs/draw.md; docs/verify_draw.py restates it).
+STATEMENT = ("eventId", "receipt", "commitment", "size", "listDigest", "position")
+STATEMENT_TITLE = "waiting room draw receipt v1"
+
+
+def statement(fields: Mapping[str, object]) -> bytes:
+    """The signed text: the title line, then "name value" for each field of
+    STATEMENT that has a value (size, listDigest and position come with the draw)."""
+    named = [f"{name} {fields[name]}" for name in STATEMENT if fields.get(name) is not None]
+    return "".join(f"{line}\n" for line in (STATEMENT_TITLE, *named)).encode()
+
+
+@cache
+def _signing_key() -> Ed25519PrivateKey:
+    return Ed25519PrivateKey.from_private_bytes(settings.DRAW_SIGNING_KEY)
+
+
+@receiver(setting_changed)
+def _forget_signing_key(*, setting: str, **kwargs: object) -> None:
+    if setting == "DRAW_SIGNING_KEY":
+        _signing_key.cache_clear()
+
+
+def public_key() -> str:
+    """The public half of the key that signs receipts, 32 bytes in hex."""
+    return _signing_key().public_key().public_bytes(Encoding.Raw, PublicFormat.Raw).hex()
+
+
+@dataclass(frozen=True, slots=True)
+class SignedReceipt:
+    """A pre-queue place's receipt as the service signs it: the file its holder
+    keeps (the fields of STATEMENT, the public key, the signature)."""
+
+    event_id: str
+    receipt: str
+    commitment: str
+    size: int | None
+    list_digest: str | None
+    position: int | None
+    public_key: str
+    signature: str
+
+
+def signed_receipt(found: Draw, receipt: bytes) -> SignedReceipt:
+    """The signed receipt of a place the line counts in the pre-queue (the caller
+    checked that); after the draw, with its position in the published list."""
+    size = digest = position = None
+    if found.drawn_at is not None:
+        listed = drawn_list(found)
+        position = listed.position_of(receipt)
+        if position is None:
+            raise DomainError("NOT_IN_DRAW", "This place is not in the draw.")
+        size, digest = found.size, listed.digest.hex()
+    signed = {
+        "eventId": found.event.event_id,
+        "receipt": receipt.hex(),
+        "commitment": found.commitment,
+        "size": size,
+        "listDigest": digest,
+        "position": position,
+    }
+    return SignedReceipt(
+        event_id=found.event.event_id,
+        receipt=receipt.hex(),
+        commitment=found.commitment,
+        size=size,
+        list_digest=digest,
+        position=position,
+        public_key=public_key(),
+        signature=_signing_key().sign(statement(signed)).hex(),
+    )
