@@ -557,6 +557,8 @@ def test_a_run_begun_before_the_start_reads_ahead_and_draws_at_it(make_event, on
     assert sorted(published_list(event.event_id)) == sorted(j["receipt"] for j in drawn)
     ranks = sorted(one_lane.poll(j["token"], event.event_id)[1]["data"]["rank"] for j in later)
     assert ranks == list(range(len(drawn) + 1, len(drawn) + len(later) + 1))
+    # The list it sorted in steps as it read is drawn as the whole list sorted at once.
+    call_command("verify_draw", event.event_id)
 
 
 def test_a_run_for_a_start_moved_later_gives_way(make_event):
