@@ -4,6 +4,8 @@ named by DATABASE_URL. Each test gets its own event id and its keys are removed
 afterwards, so tests never see each other's state."""
 
 import asyncio
+import base64
+import contextlib
 import json
 import os
 import signal
@@ -439,7 +441,8 @@ def start_gunicorn(
     try:
         wait_for_health(base, proc)
     except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # (gone already: it refused to start)
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
         raise
     return base, proc
@@ -455,6 +458,7 @@ def server_env(**overrides: str) -> dict[str, str]:
         "DATABASE_URL": database_url_of_tests(),
         "SECRET_KEY": settings.SECRET_KEY,
         "QUEUE_TOKEN_KEY": settings.QUEUE_TOKEN_KEY,
+        "DRAW_SIGNING_KEY": base64.b64encode(settings.DRAW_SIGNING_KEY).decode(),
         "RATE_LIMIT_JOIN": "0",
         "RATE_LIMIT_LEAVE": "0",
         "RATE_LIMIT_CHALLENGE": "0",

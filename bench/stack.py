@@ -6,6 +6,7 @@ production starts it (the Procfile's `web:` command). Every process started here
 stopped by `Stack.close()`, by its own id.
 """
 
+import base64
 import contextlib
 import os
 import secrets
@@ -165,6 +166,7 @@ class Stack:
                 "DEBUG": "false",
                 "NODE_ENV": "production",
                 "SECRET_KEY": env.get("SECRET_KEY") or secrets.token_urlsafe(50),
+                "DRAW_SIGNING_KEY": env.get("DRAW_SIGNING_KEY") or base64.b64encode(os.urandom(32)).decode(),
                 "REDIS_URL": self.redis_url,
                 "DATABASE_URL": database_url,
                 "RABBITMQ_URL": broker_url,

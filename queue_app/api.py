@@ -327,13 +327,18 @@ class DrawOutput(serializers.Serializer):
     listDigest = serializers.CharField(  # noqa: N815
         source="list_digest",
         allow_null=True,
-        help_text="SHA-256 of the receipts in the order they joined, once DRAWN",
+        help_text="SHA-256 of the receipts sorted, concatenated, once DRAWN",
     )
     finalSeed = serializers.CharField(  # noqa: N815
         source="final_seed", allow_null=True, help_text="SHA-256(seed || listDigest), once DRAWN"
     )
     receipt = serializers.CharField(allow_null=True, help_text="the receipt asked for")
     position = serializers.IntegerField(allow_null=True, help_text="its drawn position (1 is first)")
+    publicKey = serializers.CharField(  # noqa: N815
+        source="public_key",
+        help_text="Ed25519 public key (32 bytes, hex) that signs this service's receipts "
+        "(GET /api/queue/draw/signed-receipt)",
+    )
 
 
 class DrawView(Endpoint):
@@ -354,9 +359,50 @@ class DrawView(Endpoint):
         return self.answer(draw.published(**self.validated(request)))
 
 
+class SignedReceiptOutput(serializers.Serializer):
+    eventId = serializers.CharField(source="event_id")  # noqa: N815
+    receipt = serializers.CharField(help_text="this place's receipt in the draw")
+    commitment = serializers.CharField(help_text="the draw's commitment (SHA-256 of its seed)")
+    size = serializers.IntegerField(allow_null=True, help_text="places drawn, once DRAWN")
+    listDigest = serializers.CharField(  # noqa: N815
+        source="list_digest", allow_null=True, help_text="the published list's digest, once DRAWN"
+    )
+    position = serializers.IntegerField(allow_null=True, help_text="this place's drawn position, once DRAWN")
+    publicKey = serializers.CharField(source="public_key", help_text="the signing key's public half (hex)")  # noqa: N815
+    signature = serializers.CharField(
+        help_text="Ed25519 signature (64 bytes, hex) of the fields above that have a value, as docs/draw.md "
+        "writes them; keep this object as a file: docs/verify_draw.py --receipt-file checks it"
+    )
+
+
+class SignedReceiptView(Endpoint):
+    """A place of the pre-queue's receipt, signed by the service: proof, for anyone
+    to check, that the draw counts this place; once drawn, also its position in the
+    published list (docs/draw.md)."""
+
+    Input, Output, source = TokenInput, SignedReceiptOutput, "query"
+
+    @extend_schema(
+        operation_id="queue_draw_signed_receipt",
+        parameters=[TokenInput],
+        responses=responses(
+            SignedReceiptOutput,
+            "VALIDATION_ERROR",
+            "MISSING_TOKEN",
+            "INVALID_TOKEN",
+            "EVENT_NOT_FOUND",
+            "NO_DRAW",
+            "NOT_IN_DRAW",
+        ),
+    )
+    def get(self, request: Request) -> Response:
+        return self.answer(services.queue_draw_receipt(**self.validated(request)))
+
+
 class DrawReceiptsView(Endpoint):
     """The published list: one "<receipt> <position>" line per place of the
-    pre-queue, in the order they joined (text/plain). docs/verify_draw.py checks it."""
+    pre-queue, in the order they joined (text/plain; the order changes nothing, the
+    draw sorts the receipts). docs/verify_draw.py checks it."""
 
     Input, Output, source = EventInput, DrawOutput, "query"
 

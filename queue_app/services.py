@@ -429,6 +429,17 @@ async def aqueue_poll(*, event_id: str, token: Token) -> Position:
     return _position(event_id, token, reply)
 
 
+def queue_draw_receipt(*, event_id: str, token: Token) -> draw.SignedReceipt:
+    """A place of the pre-queue's receipt, signed by the service (docs/draw.md): its
+    holder's proof that the draw counts the place, and once drawn, where."""
+    issued(event_id, token)
+    found = draw.find(event_id)
+    at = queue_poll(event_id=event_id, token=token)
+    if at.receipt is None or at.status == "NOT_FOUND":
+        raise DomainError("NOT_IN_DRAW", "This place is not in the draw: it joined after the start, or left.")
+    return draw.signed_receipt(found, bytes.fromhex(at.receipt))
+
+
 # --- Admission -----------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ urlpatterns = [
     path("api/status/poll", api.PollView.as_view(), name="status-poll"),
     path("api/queue/draw", api.DrawView.as_view(), name="queue-draw"),
     path("api/queue/draw/receipts", api.DrawReceiptsView.as_view(), name="queue-draw-receipts"),
+    path("api/queue/draw/signed-receipt", api.SignedReceiptView.as_view(), name="queue-draw-signed-receipt"),
     path("", views.event_list, name="event-list"),
     path("events/<str:event_id>/", views.waiting_room, name="waiting-room"),
     path("events/<str:event_id>/draw", views.draw_page, name="draw-page"),

@@ -38,6 +38,7 @@ def waiting_room(request: HttpRequest, event_id: str) -> HttpResponse:
             "rejoin": reverse("queue-rejoin"),
             "poll": reverse("status-poll"),
             "challenge": reverse("queue-challenge"),
+            "signedReceipt": reverse("queue-draw-signed-receipt"),
         },
         "bookUrl": reverse("book", args=[event.event_id]),
         "confirmationUrl": reverse("confirmation", args=[event.event_id, "RID"]),

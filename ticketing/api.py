@@ -139,6 +139,7 @@ _MEANING = {
     "NOT_DRAWN": "the draw happens at the scheduled start; this is published after it",
     "RECEIPT_NOT_FOUND": "no place of this draw has this receipt",
     "BUYER_REQUIRED": "this event caps seats per buyer: name the buyer (`buyerEmail`, or sign in)",
+    "NOT_IN_DRAW": "this place is not in the draw: it joined after the scheduled start, or left",
     "SEAT_CAP": "this buyer (account or email) would hold more than the event's most seats "
     "per buyer (seatsAllowed says how many more)",
     "INTERNAL_ERROR": "a fault of the service; it is logged",

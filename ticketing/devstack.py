@@ -21,6 +21,7 @@ Redis Cluster of three primaries instead of one Redis.
 """
 
 import argparse
+import base64
 import contextlib
 import fcntl
 import json
@@ -40,6 +41,7 @@ VAR_DIR = BASE_DIR / "var"
 STACK_FILE = VAR_DIR / "stack.json"
 LOCK_FILE = VAR_DIR / "stack.lock"
 LOG_FILE = VAR_DIR / "log" / "stack.log"
+DRAW_KEY_FILE = VAR_DIR / "draw_signing_key"
 
 # manage.py commands that touch neither Redis nor Postgres: they start nothing.
 OFFLINE_COMMANDS = frozenset(
@@ -80,6 +82,21 @@ def configured() -> dict[str, bool]:
         "redis": bool(env.get("REDIS_URL") or env.get("REDIS_HOST")),
         "database": bool(env.get("DATABASE_URL")),
     }
+
+
+def draw_signing_key() -> str:
+    """This checkout's key for the draw's receipts (DRAW_SIGNING_KEY, in base64), made
+    on first use and kept in var/ with the stack's data: production needs one set,
+    and the stack runs as production does; a receipt signed yesterday still checks."""
+    if not DRAW_KEY_FILE.exists():
+        VAR_DIR.mkdir(exist_ok=True)
+        partial = DRAW_KEY_FILE.with_name(f".draw_signing_key.{os.getpid()}")
+        partial.write_text(base64.b64encode(os.urandom(32)).decode())
+        partial.chmod(0o600)
+        with contextlib.suppress(FileExistsError):  # another process made it first: theirs
+            os.link(partial, DRAW_KEY_FILE)
+        partial.unlink()
+    return DRAW_KEY_FILE.read_text().strip()
 
 
 # --- the published stack -----------------------------------------------------------
@@ -209,10 +226,13 @@ def _effective_redis_url() -> str:
 
 
 def _export(stack: dict) -> None:
+    """The stack's addresses and key, for this process's settings and its children."""
     if stack.get("redis_url") and not configured()["redis"]:
         os.environ["REDIS_URL"] = stack["redis_url"]
     if stack.get("database_url") and not configured()["database"]:
         os.environ["DATABASE_URL"] = stack["database_url"]
+    if not os.environ.get("DRAW_SIGNING_KEY"):
+        os.environ["DRAW_SIGNING_KEY"] = draw_signing_key()
 
 
 def _stop_stale_redis(data: Path) -> None:
@@ -365,8 +385,11 @@ def _own_postgres() -> Iterator[None]:
 
 def execute(cmd: list[str], *, cluster: bool = False) -> int:
     """Run `cmd` on servers of its own: the environment's URLs where set, else a
-    throw-away Redis (or Redis Cluster) and Postgres, never the running stack."""
+    throw-away Redis (or Redis Cluster) and Postgres, never the running stack; and
+    a throw-away draw signing key unless the environment names one."""
     os.environ.pop("STACK_OFFLINE", None)
+    if not os.environ.get("DRAW_SIGNING_KEY"):
+        os.environ["DRAW_SIGNING_KEY"] = base64.b64encode(os.urandom(32)).decode()
     with _own_postgres():
         if not cluster:
             with _own_redis():

@@ -5,7 +5,11 @@ parse stops start-up with a message naming the variable: a typo in ENTRY_BATCH_S
 must not silently become the default during a sale.
 """
 
+import base64
+import binascii
 import datetime
+import hashlib
+import hmac
 import ipaddress
 import secrets
 from pathlib import Path
@@ -220,6 +224,56 @@ CACHES = {
         },
     }
 }
+
+# --- The draw's signing key ------------------------------------------------------
+# A place of a scheduled start's pre-queue gets its receipt signed with this Ed25519
+# key (docs/draw.md), whose public half every draw publishes: a signed receipt proves
+# what the service said of that place. So every server must share the key, and it
+# must stay the same for as long as its receipts are checked (a sale, at least).
+# Given as the 32-byte private key in base64, or as a PEM (PKCS #8) private key;
+# `openssl genpkey -algorithm ed25519` makes one. Unset, the dev stack's own (made
+# once in var/), or with DEBUG one derived from SECRET_KEY (a key that changes when
+# SECRET_KEY does, and differs between servers with generated ones: for development
+# only); otherwise start-up stops.
+
+
+def _ed25519_key(name: str, text: str) -> bytes:
+    """The private key's 32 bytes; b"" when unset."""
+    text = text.strip()
+    if not text:
+        return b""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    if text.startswith("-----BEGIN"):
+        try:
+            key = serialization.load_pem_private_key(text.replace("\\n", "\n").encode(), password=None)
+        except (ValueError, TypeError):
+            key = None
+        if not isinstance(key, Ed25519PrivateKey):
+            raise ImproperlyConfigured(f"{name}: not an unencrypted Ed25519 private key in PEM")
+        return key.private_bytes(
+            serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+        )
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except binascii.Error:
+        raw = b""
+    if len(raw) != 32:
+        raise ImproperlyConfigured(f"{name}: expected 32 bytes in base64 (44 characters), or PEM")
+    return raw
+
+
+DRAW_SIGNING_KEY = _ed25519_key("DRAW_SIGNING_KEY", env.str("DRAW_SIGNING_KEY", default=""))
+if not DRAW_SIGNING_KEY and STACK_ATTACHED:
+    DRAW_SIGNING_KEY = _ed25519_key("var/draw_signing_key", devstack.draw_signing_key())
+if not DRAW_SIGNING_KEY and DEBUG:
+    DRAW_SIGNING_KEY = hmac.new(SECRET_KEY.encode(), b"draw signing key", hashlib.sha256).digest()
+if not DRAW_SIGNING_KEY and not _stack_offline:
+    raise ImproperlyConfigured(
+        "DRAW_SIGNING_KEY is unset: every server needs the same Ed25519 key to sign the draw's "
+        "receipts (make one with `openssl genpkey -algorithm ed25519`, or 32 random bytes in base64)"
+    )
 
 # --- The waiting room --------------------------------------------------------
 # 70/s = RDB 100 TPS x 0.7 safety margin (the seed's sizing rule).

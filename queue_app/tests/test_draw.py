@@ -1,21 +1,27 @@
 """A scheduled start: the pre-queue, its draw, and the check anyone can run
 (docs/draw.md). Real Redis and the real database, both lanes."""
 
+import importlib.util
+import json
 import os
+import random
 import signal
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import requests
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from conftest import CheckedThread
+from conftest import CheckedThread, unknown_token
 from queue_app import draw, services
 from queue_app.models import Draw, Event
 from ticketing import redis as r
@@ -223,6 +229,7 @@ def test_the_check_confirms_the_draw_and_refutes_a_tampered_one(scheduled, api, 
         "finalSeed": None,
         "receipt": None,
         "position": None,
+        "publicKey": draw.public_key(),  # of the key that signs receipts, shown with the commitment
     }
     start_now(event)
     draw.run(event.event_id)
@@ -244,7 +251,7 @@ def test_the_check_confirms_the_draw_and_refutes_a_tampered_one(scheduled, api, 
     (a, pa), (b, pb) = lines[0].split(), lines[1].split()
     swapped = tmp_path / "swapped.txt"  # two people's positions exchanged
     swapped.write_text("\n".join([f"{a} {pb}", f"{b} {pa}", *lines[2:]]) + "\n")
-    reordered = tmp_path / "reordered.txt"  # the list's order changed: another final seed
+    reordered = tmp_path / "reordered.txt"  # the same list in another order: the same draw
     reordered.write_text("\n".join([lines[1], lines[0], *lines[2:]]) + "\n")
     dropped = tmp_path / "dropped.txt"  # someone left out
     dropped.write_text("\n".join(lines[1:]) + "\n")
@@ -253,9 +260,9 @@ def test_the_check_confirms_the_draw_and_refutes_a_tampered_one(scheduled, api, 
     call_command("verify_draw", event.event_id, commitment=commitment)
     assert "CONFIRMED: 30 places" in capsys.readouterr().out
     call_command("verify_draw", event.event_id, receipts=str(good))
+    call_command("verify_draw", event.event_id, receipts=str(reordered))
     for bad in (
         {"receipts": str(swapped)},
-        {"receipts": str(reordered)},
         {"receipts": str(dropped)},
         {"seed": other_seed},
         {"commitment": "ab" * 32},
@@ -277,15 +284,38 @@ def test_the_check_confirms_the_draw_and_refutes_a_tampered_one(scheduled, api, 
     assert ok.returncode == 0, ok.stdout
     mine = api.poll(early[7]["token"], event.event_id)[1]["data"]["drawPosition"]
     assert f"position {mine} of 30" in ok.stdout
+    assert script("--seed", seed, "--receipts", str(reordered), "--commitment", commitment).returncode == 0
     for args in (
         ("--seed", seed, "--receipts", str(swapped), "--commitment", commitment),
         ("--seed", seed, "--receipts", str(dropped), "--commitment", commitment),
-        ("--seed", seed, "--receipts", str(reordered), "--commitment", commitment),
         ("--seed", other_seed, "--receipts", str(good), "--commitment", commitment),
         ("--seed", seed, "--receipts", str(good), "--commitment", "ab" * 32),
     ):
         refuted = script(*args)
         assert refuted.returncode == 1 and "REFUTED" in refuted.stdout, refuted.stdout
+
+
+def test_the_order_of_the_list_cannot_change_the_draw(scheduled, one_lane):
+    """The list is drawn sorted, so nobody can reorder it to move a place: the
+    published lines in any order, their positions recomputed, are the same draw.
+    (Drawn in the order people joined, which only the service knows, about 6 tries
+    of 24 places' orders put any one chosen receipt first, and the check confirmed
+    it.)"""
+    event = scheduled()
+    early = [one_lane.join(event.event_id)[1]["data"]["receipt"] for _ in range(24)]
+    start_now(event)
+    draw.run(event.event_id)
+    listed = dict(draw.drawn_list(Draw.objects.get(event=event)).entries())
+    seed = bytes(Draw.objects.get(event=event).seed)
+    chosen = bytes.fromhex(early[-1])
+    assert listed[chosen] != 1
+    shuffler = random.Random(23)
+    for _ in range(50):
+        order = list(listed)
+        shuffler.shuffle(order)
+        assert dict(zip(order, draw.positions(seed, order), strict=True)) == listed
+        digest = draw.published(event_id=event.event_id).list_digest
+        assert draw.list_digest(order).hex() == digest
 
 
 @pytest.mark.django_db(transaction=True)
@@ -527,6 +557,8 @@ def test_a_run_begun_before_the_start_reads_ahead_and_draws_at_it(make_event, on
     assert sorted(published_list(event.event_id)) == sorted(j["receipt"] for j in drawn)
     ranks = sorted(one_lane.poll(j["token"], event.event_id)[1]["data"]["rank"] for j in later)
     assert ranks == list(range(len(drawn) + 1, len(drawn) + len(later) + 1))
+    # The list it sorted in steps as it read is drawn as the whole list sorted at once.
+    call_command("verify_draw", event.event_id)
 
 
 def test_a_run_for_a_start_moved_later_gives_way(make_event):
@@ -610,3 +642,199 @@ def test_a_run_waiting_for_the_start_keeps_its_claim(make_event):
     runner.join(60)
     assert not runner.is_alive()
     assert not r.client().exists(claim)  # let go once done
+
+
+# --- Signed receipts --------------------------------------------------------------
+
+
+def _script(*args: str) -> subprocess.CompletedProcess:
+    """docs/verify_draw.py as anyone runs it: its own process, the standard library."""
+    return subprocess.run([sys.executable, str(VERIFY), *args], capture_output=True, text=True, timeout=120)
+
+
+def _listing(entries: dict[bytes, int]) -> str:
+    return "".join(f"{receipt.hex()} {position}\n" for receipt, position in entries.items())
+
+
+def _redrawn(seed: bytes, receipts: list[bytes]) -> dict[bytes, int]:
+    """A list as a service would publish it after changing it: its positions
+    recomputed by the published rule, so that the list checks out on its own."""
+    return dict(zip(receipts, draw.positions(seed, receipts), strict=True))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_signed_receipt_refutes_a_list_that_drops_adds_or_moves_it(scheduled, production_server, tmp_path):
+    """Through the production server: people of the pre-queue save their signed
+    receipts, before the draw and after it; lists changed after the fact, each
+    consistent with the seed on its own, are refuted by the receipt they wrong."""
+    base = production_server
+    event = scheduled()
+    people = []
+    for _ in range(24):
+        joined = requests.post(f"{base}/api/queue/join", json={"eventId": event.event_id}, timeout=10)
+        people.append(joined.json()["data"])
+
+    def get(path: str, **query: str) -> requests.Response:
+        answer = requests.get(f"{base}{path}", params={"eventId": event.event_id, **query}, timeout=10)
+        assert answer.status_code == 200, answer.text
+        return answer
+
+    def saved(person: dict, name: str) -> Path:
+        path = tmp_path / f"{name}.json"
+        signed = get("/api/queue/draw/signed-receipt", token=person["token"]).json()["data"]
+        path.write_text(json.dumps(signed))
+        return path
+
+    shown = get("/api/queue/draw").json()["data"]
+    public_key, commitment = shown["publicKey"], shown["commitment"]
+    before = {person["receipt"]: saved(person, f"before-{i}") for i, person in enumerate(people)}
+    held = json.loads(before[people[0]["receipt"]].read_text())
+    assert (held["receipt"], held["commitment"]) == (people[0]["receipt"], commitment)
+    assert held["publicKey"] == public_key
+    assert (held["size"], held["listDigest"], held["position"]) == (None, None, None)  # not drawn yet
+
+    start_now(event)
+    assert draw.run(event.event_id).outcome == "DONE"
+    after = saved(people[0], "after")
+    signed = json.loads(after.read_text())
+    published = get("/api/queue/draw").json()["data"]
+    assert published["publicKey"] == public_key  # the key shown with the commitment signs
+    assert (signed["size"], signed["listDigest"]) == (24, published["listDigest"])
+    lines = get("/api/queue/draw/receipts").text.splitlines()
+    honest = {bytes.fromhex(r): int(p) for r, p in (line.split() for line in lines)}
+    assert signed["position"] == honest[bytes.fromhex(people[0]["receipt"])]
+    seed = bytes.fromhex(published["seed"])
+
+    def check(entries: dict[bytes, int], receipt_file: Path | None) -> subprocess.CompletedProcess:
+        listing = tmp_path / "list.txt"
+        listing.write_text(_listing(entries))
+        args = ["--seed", seed.hex(), "--receipts", str(listing), "--commitment", commitment]
+        if receipt_file is not None:
+            args += ["--public-key", public_key, "--receipt-file", str(receipt_file)]
+        return _script(*args)
+
+    for receipt_file in (before[people[0]["receipt"]], before[people[1]["receipt"]], after):
+        ok = check(honest, receipt_file)
+        assert ok.returncode == 0 and "CONFIRMED: 24 places" in ok.stdout, ok.stdout
+        mine = json.loads(receipt_file.read_text())["receipt"]
+        assert f"your receipt {mine}: position {honest[bytes.fromhex(mine)]} of 24" in ok.stdout
+    # Against the server itself, the key read from what the draw publishes.
+    ok = _script("--url", base, "--event", event.event_id, "--receipt-file", str(after))
+    assert ok.returncode == 0 and "is signed by the service's key" in ok.stdout, ok.stdout
+
+    # Dropped: the first to join left out, the rest redrawn. The list checks out on its
+    # own; the receipt its owner saved before the draw refutes it.
+    first = bytes.fromhex(people[0]["receipt"])
+    dropped = _redrawn(seed, [r for r in honest if r != first])
+    assert check(dropped, None).returncode == 0
+    refuted = check(dropped, before[first.hex()])
+    assert refuted.returncode == 1, refuted.stdout
+    left_out = f"the service signed receipt {first.hex()} as a place of this draw; the list leaves it out"
+    assert f"REFUTED: {left_out}" in refuted.stdout
+    # Added: one more place, the whole list redrawn. The receipt signed after the draw
+    # names the list and the position it was drawn at.
+    added = _redrawn(seed, [*honest, os.urandom(8)])
+    assert check(added, None).returncode == 0
+    refuted = check(added, after)
+    assert refuted.returncode == 1, refuted.stdout
+    assert "REFUTED: the service signed a draw of 24 places; the list has 25" in refuted.stdout
+    assert "REFUTED: the list is not the one the service signed in your receipt" in refuted.stdout
+    if added[first] != signed["position"]:
+        assert f"REFUTED: the service signed position {signed['position']}" in refuted.stdout
+    # Moved: a chosen place put first (the reshuffle of the finding); the place it
+    # displaced holds a receipt from before the draw.
+    displaced = next(receipt for receipt, position in honest.items() if position == 1)
+    chosen = next(receipt for receipt, position in honest.items() if position == 24)
+    moved = {**honest, chosen: 1, displaced: 24}
+    refuted = check(moved, before[displaced.hex()])
+    assert refuted.returncode == 1, refuted.stdout
+    misplaced = f"the list puts receipt {displaced.hex()} at position 24; the seed draws 1"
+    assert f"REFUTED: {misplaced}" in refuted.stdout
+
+    # A receipt file that was changed proves nothing: the script says so, and refutes nothing.
+    forged = tmp_path / "forged.json"
+    forged.write_text(json.dumps({**held, "receipt": os.urandom(8).hex()}))
+    unusable = check(dropped, forged)
+    assert unusable.returncode == 2 and "signature is not the service's" in unusable.stdout, unusable.stdout
+    listing = tmp_path / "list.txt"
+    no_key = _script("--seed", seed.hex(), "--receipts", str(listing), "--receipt-file", str(after))
+    assert no_key.returncode == 2 and "public key is needed" in no_key.stdout, no_key.stdout
+
+
+def test_a_signed_receipt_is_for_a_place_of_the_draw_alone(make_event, scheduled, one_lane):
+    def receipt_of(event_id: str, token: str) -> tuple[int, dict]:
+        return one_lane.call("get", f"/api/queue/draw/signed-receipt?eventId={event_id}&token={token}")
+
+    def code(answer: tuple[int, dict]) -> tuple[int, str]:
+        return answer[0], answer[1]["error"]["code"]
+
+    plain = make_event()
+    assert code(receipt_of(plain.event_id, one_lane.token(plain.event_id))) == (404, "NO_DRAW")
+    event = scheduled()
+    early = one_lane.join(event.event_id)[1]["data"]
+    leaver = one_lane.token(event.event_id)
+    one_lane.leave(leaver, event.event_id)
+    assert code(receipt_of(event.event_id, leaver)) == (404, "NOT_IN_DRAW")
+    assert code(receipt_of(event.event_id, unknown_token(event.event_id))) == (404, "NOT_IN_DRAW")
+    assert code(receipt_of(event.event_id, str(uuid.uuid4()))) == (403, "INVALID_TOKEN")
+    assert code(receipt_of(event.event_id, "")) == (400, "MISSING_TOKEN")
+    assert code(receipt_of(event.event_id, "nonsense")) == (400, "VALIDATION_ERROR")
+    assert code(receipt_of(plain.event_id, early["token"])) == (403, "INVALID_TOKEN")  # another event's
+    start_now(event)
+    late = one_lane.token(event.event_id)  # after the start: behind the draw, not in it
+    assert code(receipt_of(event.event_id, late)) == (404, "NOT_IN_DRAW")
+
+    public = Ed25519PublicKey.from_public_bytes(bytes.fromhex(draw.public_key()))
+    status, body = receipt_of(event.event_id, early["token"])  # drawing: not drawn yet
+    assert status == 200 and (body["data"]["receipt"], body["data"]["position"]) == (early["receipt"], None)
+    assert draw.run(event.event_id).outcome == "DONE"
+    status, body = receipt_of(event.event_id, early["token"])
+    signed = body["data"]
+    assert status == 200 and signed["publicKey"] == draw.public_key()
+    assert signed["position"] == one_lane.poll(early["token"], event.event_id)[1]["data"]["drawPosition"]
+    public.verify(bytes.fromhex(signed["signature"]), draw.statement(signed))  # raises if it is not
+    assert draw.statement(signed).decode() == (
+        "waiting room draw receipt v1\n"
+        f"eventId {event.event_id}\nreceipt {early['receipt']}\ncommitment {signed['commitment']}\n"
+        f"size 2\nlistDigest {signed['listDigest']}\nposition {signed['position']}\n"
+    )
+
+
+def _verifier():
+    """docs/verify_draw.py as a module."""
+    spec = importlib.util.spec_from_file_location("verify_draw", VERIFY)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_scripts_signature_check_accepts_what_the_key_signed_and_nothing_else():
+    """The script checks Ed25519 with Python's standard library alone (RFC 8032's
+    arithmetic): it must agree with a well-kept library, both ways."""
+    verify = _verifier()
+    # RFC 8032, section 7.1, test 1 (the empty message).
+    assert verify.ed25519_valid(
+        bytes.fromhex("d75a980182b10ab7d54bfed3c964073a0ee172f3daa62325af021a68f707511a"),
+        b"",
+        bytes.fromhex(
+            "e5564300c360ac729086e2cc806e828a84877f1eb8e5d974d873e065224901555fb8821590a33bacc61e39701cf9b46bd2"
+            "5bf5f0595bbe24655141438e7a100b"
+        ),
+    )
+    rng = random.Random(8032)
+    for _ in range(12):
+        key = Ed25519PrivateKey.from_private_bytes(rng.randbytes(32))
+        public = key.public_key().public_bytes_raw()
+        message = rng.randbytes(rng.randrange(200))
+        signature = key.sign(message)
+        assert verify.ed25519_valid(public, message, signature)
+        bit = rng.randrange(8 * 64)
+        flipped = bytearray(signature)
+        flipped[bit // 8] ^= 1 << (bit % 8)
+        assert not verify.ed25519_valid(public, message, bytes(flipped))
+        assert not verify.ed25519_valid(public, message + b"!", signature)
+        other = Ed25519PrivateKey.from_private_bytes(rng.randbytes(32)).public_key().public_bytes_raw()
+        assert not verify.ed25519_valid(other, message, signature)
+        # The same signature with S + L (which the curve's arithmetic cannot tell apart) is refused.
+        twin = int.from_bytes(signature[32:], "little") + verify._L
+        assert not verify.ed25519_valid(public, message, signature[:32] + twin.to_bytes(32, "little"))

@@ -1,11 +1,16 @@
 """Settings come from the environment; a bad value stops start-up and names itself."""
 
+import base64
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from conftest import server_env, start_gunicorn
 
 BASE = Path(__file__).resolve().parents[2]
 
@@ -41,6 +46,9 @@ def _start(**env) -> subprocess.CompletedProcess:
         ("DEBUG", "maybe"),
         ("REDIS_CLUSTER", "maybe"),
         ("TRUSTED_PROXIES", "10.0.0.300"),
+        ("DRAW_SIGNING_KEY", "not base64!"),
+        ("DRAW_SIGNING_KEY", base64.b64encode(bytes(31)).decode()),
+        ("DRAW_SIGNING_KEY", "-----BEGIN PRIVATE KEY-----\\nAAAA\\n-----END PRIVATE KEY-----"),
     ],
 )
 def test_a_bad_value_stops_start_up_naming_the_variable(name, value):
@@ -94,3 +102,52 @@ def test_env_example_covers_the_seed_variables():
         "DATABASE_URL",
     }
     assert seed <= names
+
+
+_DRAW_KEY_SHOWN = (
+    "import django; django.setup(); from django.conf import settings as s; print(s.DRAW_SIGNING_KEY.hex())"
+)
+
+
+def _draw_key(**env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if k not in env and k != "DRAW_SIGNING_KEY"}
+    return subprocess.run(
+        [sys.executable, "-c", _DRAW_KEY_SHOWN],
+        cwd=BASE,
+        env={**clean, "DJANGO_SETTINGS_MODULE": "ticketing.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_draw_signing_key_is_read_in_base64_or_pem():
+    key = Ed25519PrivateKey.generate()
+    raw = key.private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+    )
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    for given in (base64.b64encode(raw).decode(), pem, pem.replace("\n", "\\n")):
+        done = _draw_key(DRAW_SIGNING_KEY=given, DEBUG="false")
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split()[-1] == raw.hex()
+
+
+def test_without_a_draw_signing_key_only_debug_starts_with_one_from_secret_key():
+    refused = _draw_key(DEBUG="false", NODE_ENV="production")
+    assert refused.returncode != 0
+    assert "DRAW_SIGNING_KEY is unset" in refused.stderr, refused.stderr
+    derived = [_draw_key(DEBUG="true", SECRET_KEY=secret) for secret in ("one", "one", "two")]
+    assert all(done.returncode == 0 for done in derived), [d.stderr for d in derived]
+    keys = [done.stdout.split()[-1] for done in derived]
+    assert keys[0] == keys[1] != keys[2] and len(bytes.fromhex(keys[0])) == 32
+
+
+def test_a_production_server_without_a_draw_signing_key_refuses_to_start(tmp_path):
+    """As the Procfile runs it, DEBUG off: the server stops, saying what is missing."""
+    log = tmp_path / "server.log"
+    with log.open("w") as stderr, pytest.raises(pytest.fail.Exception, match="exited"):
+        start_gunicorn(server_env(DRAW_SIGNING_KEY="", DEBUG="false"), stderr=stderr)
+    assert "DRAW_SIGNING_KEY is unset" in log.read_text()

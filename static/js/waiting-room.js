@@ -277,6 +277,34 @@
     room.querySelectorAll(".draw-link").forEach((a) => { a.href = href; });
   }
 
+  // The place's receipt signed by the service (docs/draw.md), saved as a file for its
+  // holder to keep: before the draw it proves the draw must include this place, after
+  // it also where. Asked for when wanted, not with every poll: a signature is work.
+  async function saveReceipt(event) {
+    event.preventDefault();
+    const token = readToken();
+    if (!token) return;
+    const query = "?token=" + encodeURIComponent(token) + "&eventId=" + encodeURIComponent(cfg.eventId);
+    let body;
+    try {
+      const response = await fetch(cfg.api.signedReceipt + query, { headers: { Accept: "application/json" } });
+      body = await response.json();
+    } catch (e) {
+      showError(S.networkError);
+      return;
+    }
+    if (!body.success) { showError(body.error.message); return; }
+    const file = new Blob([JSON.stringify(body.data, null, 1) + "\n"], { type: "application/json" });
+    const link = document.createElement("a");
+    link.href = URL.createObjectURL(file);
+    link.download = "receipt-" + cfg.eventId + "-" + body.data.receipt + ".json";
+    document.body.appendChild(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(link.href), 60000);
+  }
+  room.querySelectorAll(".save-receipt").forEach((a) => a.addEventListener("click", saveReceipt));
+
   // Before a scheduled start: the countdown, and the receipt that names this place in the draw.
   function preQueue(data) {
     showError("");

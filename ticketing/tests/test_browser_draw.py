@@ -5,10 +5,14 @@ same in Korean. Each event starts a few seconds after the test begins. The pages
 served by the production server (test_browser.py)."""
 
 import hashlib
+import json
 import re
+import subprocess
+import sys
 import time
 import uuid
 from datetime import datetime, timedelta
+from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -21,6 +25,8 @@ from queue_app import services as queue
 from queue_app.models import Draw
 from ticketing import redis as r
 from ticketing.tests.test_browser import browser, console, rank_shown, shot  # noqa: F401 (fixtures)
+
+VERIFY = Path(__file__).resolve().parents[2] / "docs" / "verify_draw.py"
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -116,7 +122,7 @@ def clock(moment: datetime, lang: str, zone: str) -> str:
     return local.strftime("%I:%M %p")
 
 
-def test_a_join_before_the_start_is_drawn_into_the_line(make_event, new_page, production_server):
+def test_a_join_before_the_start_is_drawn_into_the_line(make_event, new_page, production_server, tmp_path):
     event = make_event(name="KTX Seollal 07:00", opens_at=timezone.now() + LEAD)
     page = new_page()
     page.goto(f"/events/{event.event_id}/")
@@ -145,6 +151,9 @@ def test_a_join_before_the_start_is_drawn_into_the_line(make_event, new_page, pr
     assert (tick.outcome, tick.admitted, tick.active) == ("DRAW_DUE", 0, 0)
     shot(page, "11-pre-queue")
     fits_a_phone(page)
+    # The person saves their receipt, signed by the service: proof the draw must include them.
+    before = save_receipt(page, '[data-show="prequeue"] .save-receipt', tmp_path / "before.json")
+    assert (before["receipt"], before["commitment"], before["position"]) == (receipt, committed, None)
     before_start(event)
     # The countdown runs on.
     first = text(page, "#starts-in")
@@ -181,6 +190,18 @@ def test_a_join_before_the_start_is_drawn_into_the_line(make_event, new_page, pr
     assert (last["receipt"], last["drawPosition"], last["rank"]) == (receipt, rank, rank)
     assert page.locator("#check-draw").get_attribute("href") == draw_url
     shot(page, "13-drawn-position")
+    # Saved again after the draw, the receipt also names the position and the list; the
+    # check anyone can run confirms both files against what the server publishes.
+    after = save_receipt(page, "#drawn .save-receipt", tmp_path / "after.json")
+    assert (after["receipt"], after["position"], after["size"]) == (receipt, rank, 5)
+    for saved in ("before.json", "after.json"):
+        checked = subprocess.run(
+            [sys.executable, str(VERIFY), "--url", production_server, "--event", event.event_id,
+             "--receipt-file", str(tmp_path / saved)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert checked.returncode == 0, checked.stdout
+        assert f"your receipt {receipt}: position {rank} of 5" in checked.stdout
 
     page.locator("#check-draw").click()
     page.wait_for_url(re.compile(re.escape(draw_url) + "$"))
@@ -209,6 +230,14 @@ def test_a_join_before_the_start_is_drawn_into_the_line(make_event, new_page, pr
         places.add(p.rank)
     assert places == {1, 2, 3, 4, 5}
     fits_a_phone(page)
+
+
+def save_receipt(page, selector: str, path: Path) -> dict:
+    """Click the page's "Save my signed receipt"; the file it downloads, read."""
+    with page.expect_download() as saving:
+        page.locator(selector).click()
+    saving.value.save_as(path)
+    return json.loads(path.read_text())
 
 
 def fits_a_phone(page) -> None:
@@ -279,6 +308,7 @@ def test_the_pre_queue_and_the_draw_in_korean(make_event, new_page):
     panel = page.locator('[data-show="prequeue"]')
     assert korean("Your receipt:") in panel.inner_text()
     assert text(page, '[data-show="prequeue"] .draw-link') == korean("How the draw works")
+    assert text(page, '[data-show="prequeue"] .save-receipt') == korean("Save my signed receipt")
     receipt = text(page, "#receipt")
     assert receipt == receipt_of(event.event_id, token_of(page, event.event_id))
     shot(page, "15-pre-queue-ko")

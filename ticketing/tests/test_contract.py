@@ -555,6 +555,12 @@ def test_a_scheduled_start_answers_the_same_on_both_lanes(lanes, make_event, sna
             body["data"]["status"]
             == {"PRE_QUEUE": "SCHEDULED", "DRAWING": "DRAWING", "WAITING": "DRAWN"}[state]
         )
+    # The place's signed receipt: the same signature from both (Ed25519 signs
+    # deterministically, and the server has this process's key).
+    signed = Call("GET", f"/api/queue/draw/signed-receipt?eventId={event.event_id}&token={token}")
+    status, body = on_both_lanes(lanes, lambda: signed, fast=False)
+    assert (status, body["data"]["receipt"]) == (200, data["receipt"])
+    assert (body["data"]["position"] is not None) == (state == "WAITING")
     # The published list: refused until the draw, then the same text from both.
     receipts = Call("GET", f"/api/queue/draw/receipts?eventId={event.event_id}")
     if state != "WAITING":

@@ -3,6 +3,7 @@ deploy/nginx.conf read as text, and Django's deploy checks run with the environm
 compose would give the web service. Plus the settings for a TLS proxy, and the
 warning for an X-Forwarded-For nobody trusts."""
 
+import base64
 import ipaddress
 import json
 import logging
@@ -25,12 +26,20 @@ BASE_DIR = Path(__file__).resolve().parents[2]
 COMPOSE_TEXT = (BASE_DIR / "docker-compose.yml").read_text()
 NGINX_CONF = (BASE_DIR / "deploy" / "nginx.conf").read_text()
 APP_SERVICES = ("web", "worker", "beat")
-REQUIRED = ("SECRET_KEY", "ALLOWED_HOSTS", "REDIS_PASSWORD", "POSTGRES_PASSWORD", "RABBITMQ_PASSWORD")
+REQUIRED = (
+    "SECRET_KEY",
+    "DRAW_SIGNING_KEY",
+    "ALLOWED_HOSTS",
+    "REDIS_PASSWORD",
+    "POSTGRES_PASSWORD",
+    "RABBITMQ_PASSWORD",
+)
 
 # What an operator's .env holds: the required variables only, so every other
 # value is compose's default.
 DOT_ENV = {
     "SECRET_KEY": secrets.token_urlsafe(50),
+    "DRAW_SIGNING_KEY": base64.b64encode(secrets.token_bytes(32)).decode(),
     "ALLOWED_HOSTS": "tickets.example.com",
     "REDIS_PASSWORD": secrets.token_hex(24),
     "POSTGRES_PASSWORD": secrets.token_hex(24),
@@ -291,6 +300,7 @@ def test_tls_settings_follow_the_environment(env: dict[str, str], expected: list
             "PATH": os.environ["PATH"],
             "DJANGO_SETTINGS_MODULE": "ticketing.settings",
             "SECRET_KEY": "x",
+            "DRAW_SIGNING_KEY": base64.b64encode(bytes(32)).decode(),
             # Only read, never reached: the settings want to be told where the services are.
             "REDIS_URL": "redis://127.0.0.1:1/0",
             "DATABASE_URL": "postgres://nobody@127.0.0.1:1/nothing",

@@ -5,6 +5,7 @@ their PyPI packages, and every command of the checkout acts on the same ones.
 The stack tests run in a copy of the project (its own `var/`), with the
 environment cleared as a newcomer's is: no URL of any service."""
 
+import base64
 import contextlib
 import datetime
 import os
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.conf import settings
 
 from conftest import database_url_of_tests, free_port, wait_for_health
@@ -254,6 +256,15 @@ def test_commands_from_another_shell_act_on_the_running_stack(project):
         verified = manage(project, "verify_draw", "drawn-sale")
         assert verified.returncode == 0, verified.stderr
         assert "CONFIRMED: 3 places" in verified.stdout and "3 places still in the line" in verified.stdout
+        # Its receipts are signed with the key the stack made once in var/, which the draw publishes.
+        key = project / "var" / "draw_signing_key"
+        assert key.stat().st_mode & 0o777 == 0o600
+        public = Ed25519PrivateKey.from_private_bytes(base64.b64decode(key.read_text())).public_key()
+        sale = {"eventId": "drawn-sale"}
+        mine = {**sale, "token": tokens[0]}
+        signed = requests.get(f"{running.base}/api/queue/draw/signed-receipt", params=mine, timeout=10).json()
+        shown = requests.get(f"{running.base}/api/queue/draw", params=sale, timeout=10).json()
+        assert signed["data"]["publicKey"] == shown["data"]["publicKey"] == public.public_bytes_raw().hex()
 
         console = running.console()
     # The terminal: one line per start-up step and the address; the tick's and the
@@ -333,7 +344,11 @@ def test_a_second_stack_in_the_same_checkout_is_refused(project):
 )
 def test_a_command_that_cannot_reach_a_service_says_where_in_one_line(project, variable, command, shown):
     port = free_port()
-    env = {"REDIS_URL": settings.REDIS_URL, "DATABASE_URL": database_url_of_tests()}
+    env = {
+        "REDIS_URL": settings.REDIS_URL,
+        "DATABASE_URL": database_url_of_tests(),
+        "DRAW_SIGNING_KEY": os.environ["DRAW_SIGNING_KEY"],  # as production's environment has one
+    }
     env[variable] = {
         "REDIS_URL": f"redis://127.0.0.1:{port}/0",
         "DATABASE_URL": f"postgres://postgres@127.0.0.1:{port}/nowhere",

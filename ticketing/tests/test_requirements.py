@@ -2,6 +2,7 @@
 installed runs web, worker and beat, and the beat's admission tick reaches the
 worker on either broker (RabbitMQ, and Redis when RABBITMQ_URL is unset)."""
 
+import base64
 import os
 import signal
 import subprocess
@@ -58,6 +59,7 @@ def test_web_worker_and_beat_run_from_requirements_alone(fresh_venv, make_event,
         "DATABASE_URL": database_url_of_tests(),
         "REDIS_URL": settings.REDIS_URL,
         "SECRET_KEY": "requirements-test",
+        "DRAW_SIGNING_KEY": base64.b64encode(bytes(range(32))).decode(),
         "HOST": "127.0.0.1",
         "PORT": str(port),
         "WEB_CONCURRENCY": "1",

@@ -52,7 +52,10 @@ class Command(BaseCommand):
         )
         if off:
             wrong.append(f"{off} positions are not the ones the seed and the list draw")
-        in_line, astray = _line_agrees(event_id, listed)
+        # The line knows places by arrival number: the draw's receipts in the order they joined.
+        given = dict(entries)
+        by_number = [given.get(receipt) for receipt, _ in draw.drawn_list(found).entries()]
+        in_line, astray = _line_agrees(event_id, by_number)
         if astray:
             wrong.append(f"{astray} places waiting in the line are not at their drawn position")
         for problem in wrong:
@@ -65,11 +68,11 @@ class Command(BaseCommand):
         )
 
 
-def _line_agrees(event_id: str, listed: list[int]) -> tuple[int, int]:
+def _line_agrees(event_id: str, listed: list[int | None]) -> tuple[int, int]:
     """The pre-queue places still in the line, and how many of them do not stand at
     their drawn position: the line serves places in order (lua/admit.lua), and a
     pre-queue token's place is its number's entry in `drawpos`, which must be the
-    position published for that number's receipt (the list is in joining order)."""
+    position listed for that number's receipt (`listed`: by number, from 1)."""
     k = r.event_keys(event_id)
     client = r.client()
     popped = int(client.get(k.popped) or 0)
