@@ -14,7 +14,6 @@ from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from accounts_app import confirm
 from queue_app import draw, proof, services
 from queue_app.models import EVENT_ID_PATTERN
 from ticketing.api import Endpoint, StrictField, responses
@@ -30,7 +29,7 @@ def client_of(request: Request) -> services.Client:
     address, site = client_address(request.META)
     if account is None:
         return services.Client(address=address, site=site)
-    if not confirm.may_hold_place(account):
+    if not services.account_may_hold_place(account):
         return services.Client(address=address, site=site, unconfirmed=True)
     return services.Client(account=str(account), address=address, site=site)
 

@@ -4,14 +4,17 @@ Each public function is one atomic script call (one Redis round trip), so two ap
 servers can never interleave a check and an act.
 """
 
+import functools
 import logging
 import os
 import random
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.utils.module_loading import import_string
 
 from queue_app import draw, line, live, tokens
 from queue_app import proof as queue_proof
@@ -22,6 +25,18 @@ from ticketing.errors import DomainError, validation_error
 
 log = logging.getLogger(__name__)
 
+
+
+@functools.cache
+def _place_gate() -> Callable[[int], bool]:
+    return import_string(settings.ACCOUNT_MAY_HOLD_PLACE)
+
+
+def account_may_hold_place(user_id: int) -> bool:
+    """Whether a signed-in account may hold a place on an account-only event (an
+    account whose email address must be confirmed first may not). The accounts app
+    answers (settings.ACCOUNT_MAY_HOLD_PLACE): the line does not know how."""
+    return _place_gate()(user_id)
 
 @dataclass(frozen=True, slots=True)
 class Token:

@@ -12,8 +12,7 @@ from django.templatetags.static import static
 from django.urls import reverse
 from django.utils.translation import gettext as _
 
-from accounts_app import confirm
-from queue_app import draw
+from queue_app import draw, services
 from queue_app.models import Event
 from ticketing.errors import DomainError
 
@@ -55,7 +54,7 @@ def waiting_room(request: HttpRequest, event_id: str) -> HttpResponse:
         "loginUrl": reverse("login") + "?next=" + quote(request.path),
         # A signed-in account whose email address must be confirmed first: told so
         # before it tries (a join would answer EMAIL_UNCONFIRMED).
-        "mustConfirm": request.user.is_authenticated and not confirm.may_hold_place(request.user.pk),
+        "mustConfirm": request.user.is_authenticated and not services.account_may_hold_place(request.user.pk),
         "confirmUrl": reverse("confirm-email") + "?next=" + quote(request.path),
         "strings": {
             "joining": _("Joining the line…"),

@@ -440,6 +440,10 @@ LOGOUT_REDIRECT_URL = "event-list"
 # address is confirmed, by a signed link sent to it (accounts_app/confirm.py); one
 # mailbox confirms one account. Sign-up then asks for an address.
 ACCOUNTS_REQUIRE_CONFIRMED_EMAIL = _bool("ACCOUNTS_REQUIRE_CONFIRMED_EMAIL", False)
+# Whether an account may hold a place on an account-only event: the accounts app
+# decides, the line asks it by this path (as AUTHENTICATION_BACKENDS are named), so
+# the line does not depend on how accounts are confirmed.
+ACCOUNT_MAY_HOLD_PLACE = "accounts_app.confirm.may_hold_place"
 
 # --- Mail ---
 # EMAIL_URL: smtp://user:password@host:25, smtp+tls://...:587 (STARTTLS),
