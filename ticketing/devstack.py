@@ -259,6 +259,9 @@ def for_command(command: str) -> Iterator[bool]:
     at all for a command that touches neither Redis nor Postgres). Yields whether
     it started servers of its own (whose database may need its migrations)."""
     read_dotenv()
+    offline = command in OFFLINE_COMMANDS
+    if offline:  # it reaches no server, so it needs none of a server's keys either
+        os.environ["STACK_OFFLINE"] = "true"
     if all(configured().values()):
         yield False
         return
@@ -267,8 +270,7 @@ def for_command(command: str) -> Iterator[bool]:
         _export(stack)
         yield False
         return
-    if command in OFFLINE_COMMANDS:
-        os.environ["STACK_OFFLINE"] = "true"
+    if offline:
         yield False
         return
     with own("command", f"manage.py {command}") as stack:

@@ -151,3 +151,25 @@ def test_a_production_server_without_a_draw_signing_key_refuses_to_start(tmp_pat
     with log.open("w") as stderr, pytest.raises(pytest.fail.Exception, match="exited"):
         start_gunicorn(server_env(DRAW_SIGNING_KEY="", DEBUG="false"), stderr=stderr)
     assert "DRAW_SIGNING_KEY is unset" in log.read_text()
+
+
+def test_lint_commands_run_against_named_servers_without_their_keys():
+    """`make lint`'s manage.py commands reach no server: with REDIS_URL and
+    DATABASE_URL set (servers of one's own) and no DRAW_SIGNING_KEY, they still run,
+    as they do with nothing set."""
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "DATABASE_URL": "postgres://postgres@127.0.0.1:1/nowhere",
+        "REDIS_URL": "redis://127.0.0.1:1/0",
+    }
+    result = subprocess.run(
+        [sys.executable, "manage.py", "makemigrations", "--check", "--dry-run"],
+        cwd=BASE,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "No changes detected" in result.stdout
