@@ -25,6 +25,9 @@ from django.test import Client
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
+# The browser the page tests of every app share (fixtures: browser, console, page).
+pytest_plugins = ["ticketing.tests.browser"]
+
 
 def require(condition: bool, reason: str) -> None:
     """Skip when a service is missing on a developer's machine; fail in CI."""

@@ -11,7 +11,7 @@ from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from booking_app import services
+from booking_app import services, tasks
 from queue_app.api import EventIdField, TokenField
 from ticketing.api import Endpoint, StrictField, responses
 from ticketing.errors import validation_error
@@ -129,7 +129,9 @@ class BookingView(Endpoint):
     )
     def post(self, request: Request) -> Response:
         user_id = self.account_id(request)
-        return self.answer(services.booking_reserve(**self.validated(request), user_id=user_id))
+        booked = services.booking_reserve(**self.validated(request), user_id=user_id)
+        tasks.confirmation_soon(request, booked.reservation_id)
+        return self.answer(booked)
 
 
 class CancelView(Endpoint):

@@ -43,6 +43,14 @@ class Reservation(models.Model):
     # Set once a cancellation's seats are back in Redis; unset rows are retried.
     seats_returned_at = models.DateTimeField(null=True, blank=True)
 
+    class MailStatus(models.TextChoices):
+        QUEUED = "", "queued (or no email given)"
+        SENT = "SENT"
+        FAILED = "FAILED", "failed (the mail server or the broker was away)"
+
+    # The confirmation email (booking_app/mail.py): the pages say what became of it.
+    mail_status = models.CharField(max_length=6, choices=MailStatus.choices, default="", blank=True)
+
     class Meta:
         ordering = ["-created_at"]
         constraints = [

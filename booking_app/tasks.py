@@ -1,11 +1,16 @@
+import logging
 import uuid
 
 from celery import shared_task
 from django.conf import settings
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
+from django.http import HttpRequest
+from django.utils import translation
 
-from booking_app import publish, reconcile, retention, services
+from booking_app import mail, publish, reconcile, retention, services
 from ticketing.errors import REDIS_ERRORS
+
+log = logging.getLogger(__name__)
 
 
 @shared_task(ignore_result=True)
@@ -37,3 +42,26 @@ def settle_pending(self, event_id: str, reservation_id: str, token: str, seat_co
     if outcome is None:
         raise self.retry(countdown=settings.BOOKING_RECONCILE_GRACE_SEC)
     return outcome
+
+
+@shared_task(ignore_result=True)
+def send_confirmation(reservation_id: str, base_url: str, language: str) -> bool:
+    """The booking's confirmation email (booking_app/mail.py)."""
+    return mail.confirmation_send(reservation_id=reservation_id, base_url=base_url, language=language)
+
+
+def confirmation_soon(request: HttpRequest, reservation_id: uuid.UUID) -> None:
+    """Have the confirmation mailed once the booking is committed, in the request's
+    language, with links to this site as the buyer reached it. A broker that is away
+    costs the mail, never the booking: the row says it was not sent."""
+    base_url = request.build_absolute_uri("/").rstrip("/")
+    language = translation.get_language() or "en"
+
+    def enqueue() -> None:
+        try:
+            send_confirmation.apply_async((str(reservation_id), base_url, language), retry=False)
+        except Exception as exc:  # noqa: BLE001 (the broker's errors are many kinds)
+            log.error("confirmation of %s not queued, the broker is away: %r", reservation_id, exc)
+            mail.not_queued(str(reservation_id))
+
+    transaction.on_commit(enqueue)

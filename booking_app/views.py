@@ -5,9 +5,11 @@ import uuid
 from django import forms
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
+from django.views.decorators.http import require_http_methods
 
-from booking_app import services
+from booking_app import mail, services, tasks
 from booking_app.models import Reservation
 from queue_app import services as queue
 from queue_app.models import Event
@@ -16,7 +18,6 @@ from ticketing import redis as r
 from ticketing.errors import DomainError
 
 MESSAGES = {
-    "SOLD_OUT": _("Sorry, the last seats have just been sold."),
     "INSUFFICIENT_SEATS": _("Not enough seats are left for that many. Choose fewer."),
     "EVENT_CLOSED": _("This sale has closed."),
     "BOOKING_NOT_SAVED": _("Your booking could not be saved and nothing was charged. Please try again."),
@@ -59,6 +60,8 @@ def book(request: HttpRequest, event_id: str) -> HttpResponse:
     not_saved = state.status == "NOT_SAVED" and state.active_expires_at is not None
     if state.status != "ACTIVE" and not not_saved:
         return redirect("waiting-room", event_id)  # it shows why: waiting, expired, closed
+    if state.remaining_seats <= 0:
+        return redirect("waiting-room", event_id)  # it says sold out, and watches for seats or the close
     most = max(1, min(event.max_seats_per_booking, state.remaining_seats))
     form = BookingForm(request.POST or None, most=most)
     error = "BOOKING_NOT_SAVED" if not_saved and request.method != "POST" else None
@@ -75,10 +78,11 @@ def book(request: HttpRequest, event_id: str) -> HttpResponse:
         except DomainError as exc:
             if exc.code in ("ALREADY_BOOKED", "BOOKING_PENDING"):
                 return redirect("confirmation", event_id, exc.details["reservationId"])
-            if exc.code == "NOT_ACTIVE":
+            if exc.code in ("NOT_ACTIVE", "SOLD_OUT"):
                 return redirect("waiting-room", event_id)
             error = exc.code
         else:
+            tasks.confirmation_soon(request, booked.reservation_id)
             return redirect("confirmation", event_id, booked.reservation_id)
     return render(
         request,
@@ -89,10 +93,9 @@ def book(request: HttpRequest, event_id: str) -> HttpResponse:
             "state": state,
             "error": error,
             "error_message": MESSAGES.get(error, ""),
-            "sold_out": state.remaining_seats <= 0,
             "now_ms": r.now_ms(event.event_id),
         },
-        status=409 if error in ("SOLD_OUT", "INSUFFICIENT_SEATS") else 200,
+        status=409 if error == "INSUFFICIENT_SEATS" else 200,
     )
 
 
@@ -120,4 +123,28 @@ def confirmation(request: HttpRequest, event_id: str, reservation_id: str) -> Ht
         if state.status == "NOT_SAVED" and state.reservation_id == str(rid):
             return redirect("book" if state.active_expires_at else "waiting-room", event_id)
         raise Http404
-    return render(request, "booking_app/confirmation.html", {"reservation": reservation})
+    return _booking(request, reservation)
+
+
+def _booking(request: HttpRequest, reservation: Reservation, **context) -> HttpResponse:
+    link = reverse("booking-page", args=[mail.link_token(reservation.reservation_id)])
+    context = {"reservation": reservation, "link": link, **context}
+    return render(request, "booking_app/confirmation.html", context)
+
+
+@require_http_methods(["GET", "POST"])
+def booking_page(request: HttpRequest, signed: str) -> HttpResponse:
+    """The booking's page, reached by the signed link in the confirmation email:
+    the link is the buyer's proof, wherever the mail is read. A POST cancels."""
+    rid = mail.reservation_id_of(signed)
+    reservation = Reservation.objects.select_related("event").filter(reservation_id=rid).first()
+    if rid is None or reservation is None or reservation.status == Reservation.Status.VOID:
+        raise Http404
+    if request.method == "POST":
+        try:
+            reservation = services.booking_cancel(reservation_id=rid)
+        except DomainError:  # ALREADY_CANCELLED (twice, or in another tab): the page shows it is
+            reservation.refresh_from_db()
+            return _booking(request, reservation)
+        return _booking(request, reservation, just_cancelled=True)
+    return _booking(request, reservation)

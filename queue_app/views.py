@@ -35,6 +35,7 @@ def waiting_room(request: HttpRequest, event_id: str) -> HttpResponse:
         "api": {
             "join": reverse("queue-join"),
             "rejoin": reverse("queue-rejoin"),
+            "leave": reverse("queue-leave"),
             "poll": reverse("status-poll"),
             "challenge": reverse("queue-challenge"),
             "signedReceipt": reverse("queue-draw-signed-receipt"),

@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 
 from accounts_app.tests.web import PASSWORD
 from queue_app.models import SUGGESTED_PROOF_OF_WORK
-from ticketing.tests.test_browser import browser, console, page, shot  # noqa: F401 (fixtures)
+from ticketing.tests.browser import shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

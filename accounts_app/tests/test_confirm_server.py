@@ -12,7 +12,7 @@ import pytest
 from accounts_app.tests.mailbox import Mailbox
 from accounts_app.tests.web import PASSWORD, Browser
 from conftest import collect_static, server_env, start_gunicorn, stop_gunicorn
-from ticketing.tests.test_browser import browser, console, shot  # noqa: F401 (fixtures)
+from ticketing.tests.browser import shot
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

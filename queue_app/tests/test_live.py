@@ -14,7 +14,7 @@ from booking_app.models import Reservation
 from booking_app.tests.conftest import admit_all, book
 from conftest import line_token
 from queue_app import live, services
-from ticketing.tests.test_browser import browser, shot  # noqa: F401 (browser is a fixture)
+from ticketing.tests.browser import shot
 
 
 @pytest.fixture

@@ -17,13 +17,16 @@
   const num = (n) => Number(n).toLocaleString(document.documentElement.lang);
   let timer = null;
   let failures = 0;
+  let gone = false; // the line was left on this page: nothing more to ask
   // Solutions refused in a row (expired, or used before): a few new challenges at
   // once, then only at the pace of the retries' back-off, so that a phone's CPU is
   // not kept busy for nothing.
   const MAX_CHECKS = 3;
   let checks = 0;
 
+  // The step that asks "leave the line?" stays up while the place still waits.
   function show(state) {
+    if (room.dataset.state === "leaving" && (state === "waiting" || state === "prequeue")) return;
     room.dataset.state = state;
   }
 
@@ -356,7 +359,54 @@
     bar.querySelector(".fill").style.width = percent + "%";
   }
 
+  // A window that ended (or a booking not saved once it had): joining again is
+  // offered only while there are seats to join for; a sold-out sale is said so,
+  // and watched until it closes or seats come back.
+  function ended(data) {
+    if (!data.soldOut) { show("expired"); return; }
+    show("soldout");
+    later(data.nextPollMs || 5000);
+  }
+
+  // Give the place up (after the page asked to be sure): the people behind move
+  // up at once, and this page stops asking about a place it no longer holds.
+  async function leave() {
+    const token = readToken();
+    if (!token) return;
+    clearTimeout(timer);
+    clearTimeout(countdown);
+    const query = "?token=" + encodeURIComponent(token) + "&eventId=" + encodeURIComponent(cfg.eventId);
+    let answer;
+    try {
+      answer = await call("DELETE", cfg.api.leave + query);
+    } catch (e) {
+      room.dataset.state = asked;
+      return retry();
+    }
+    room.dataset.state = asked; // out of the question; poll() shows where it stands now
+    if (answer.status !== 200) {
+      if (answer.status >= 500 || !answer.payload) return retry();
+      return refusal(answer);
+    }
+    if (!answer.payload.data.removed) return poll(); // not waiting any more (admitted meanwhile)
+    gone = true;
+    forgetToken();
+    try { localStorage.removeItem(firstRankKey); } catch (e) { /* ignore */ }
+    showError("");
+    show("left");
+  }
+
+  let asked = "waiting"; // the state the question was asked from
+  room.querySelectorAll(".leave").forEach((b) => b.addEventListener("click", () => {
+    asked = room.dataset.state;
+    room.dataset.state = "leaving";
+    $("leave-yes").focus();
+  }));
+  $("leave-yes").addEventListener("click", leave);
+  $("leave-no").addEventListener("click", () => { room.dataset.state = asked; poll(); });
+
   async function poll() {
+    if (gone) return;
     const token = readToken();
     if (!token) return enter(false);
     let answer;
@@ -371,8 +421,11 @@
       if (isForeign(answer)) { forgetToken(); return enter(false); }
       return refusal(answer);
     }
+    if (gone) return; // an answer that crossed the leave
     failures = 0;
     const data = answer.payload.data;
+    // A closed sale books nobody: said so, whatever the place was.
+    if (data.eventStatus === "CLOSED" && data.status !== "BOOKED") { show("closed"); return; }
     switch (data.status) {
       case "PRE_QUEUE":
         preQueue(data);
@@ -386,18 +439,19 @@
         render(data);
         return later(data.nextPollMs || 1000);
       case "ACTIVE":
+        // Admitted to a sale sold out meanwhile: the booking page has nothing to
+        // sell, so stay here and keep asking (a cancellation brings seats back).
+        if (data.soldOut) { show("soldout"); return later(data.nextPollMs || 2000); }
         show("active");
         window.location.assign(cfg.bookUrl);
         return;
       case "BOOKED":
         return booked(data.reservationId);
       case "NOT_SAVED": // a pending booking was not saved: book again while the window lasts
-        if (data.activeExpiresAt) { show("active"); window.location.assign(cfg.bookUrl); return; }
-        show(data.eventStatus === "CLOSED" ? "closed" : "expired");
-        return;
+        if (data.activeExpiresAt && !data.soldOut) { show("active"); window.location.assign(cfg.bookUrl); return; }
+        return ended(data);
       case "EXPIRED":
-        show(data.eventStatus === "CLOSED" ? "closed" : "expired");
-        return;
+        return ended(data);
       default: // NOT_FOUND: the line forgot us (left, or a restore); take a new place
         return enter(true);
     }

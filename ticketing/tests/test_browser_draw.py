@@ -24,7 +24,7 @@ from queue_app import draw
 from queue_app import services as queue
 from queue_app.models import Draw
 from ticketing import redis as r
-from ticketing.tests.test_browser import browser, console, rank_shown, shot  # noqa: F401 (fixtures)
+from ticketing.tests.browser import rank_shown, shot
 
 VERIFY = Path(__file__).resolve().parents[2] / "docs" / "verify_draw.py"
 

@@ -22,7 +22,7 @@ from booking_app.models import Reservation
 from booking_app.tests.conftest import admit_all
 from queue_app import services as queue
 from queue_app.models import SUGGESTED_PROOF_OF_WORK
-from ticketing.tests.test_browser import browser, console, rank_shown  # noqa: F401 (fixtures)
+from ticketing.tests.browser import rank_shown
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -1,0 +1,152 @@
+"""The confirmation email: sent after the booking committed, on a Celery worker, in
+the buyer's language, with a signed link to the booking's page, where the buyer
+sees and cancels it. A mail server that is away loses no booking, and the pages
+say the mail was not sent."""
+
+import re
+import uuid
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import pytest
+from django.core import mail as outbox
+from django.test import Client
+
+from accounts_app.tests.mailbox import Mailbox
+from accounts_app.tests.web import Browser
+from booking_app import mail
+from booking_app.models import Reservation
+from booking_app.tests.conftest import seats_left
+from conftest import collect_static, free_port, server_env, start_gunicorn, stop_gunicorn
+from queue_app import services as queue
+from queue_app.tests.test_beat import Stack
+from ticketing.celery import app as celery_app
+
+LINK = re.compile(r"https?://\S+/bookings/\S+/")
+
+
+@pytest.fixture
+def eager():
+    """Tasks run where they are queued, as a worker would run them (the server test
+    below runs a real worker)."""
+    celery_app.conf.task_always_eager = True
+    yield
+    celery_app.conf.task_always_eager = False
+
+
+def _book(api, event, active_tokens, **headers) -> uuid.UUID:
+    [token] = active_tokens(event, 1)
+    fields = {"token": token, "seatCount": 2, "eventId": event.event_id}
+    status, body = api.call(
+        "post", "/api/booking", {**fields, "buyerName": "Jiwoo", "buyerEmail": "jiwoo@example.com"}, **headers
+    )
+    assert status == 200, body
+    return uuid.UUID(body["data"]["reservationId"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_korean_booking_is_mailed_in_korean(settings, eager, make_event, active_tokens, api):
+    settings.EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
+    event = make_event(name="KTX 추석 08:00", total_seats=10)
+    rid = _book(api, event, active_tokens, HTTP_ACCEPT_LANGUAGE="ko")
+
+    [sent] = outbox.outbox
+    assert sent.to == ["jiwoo@example.com"]
+    assert "예매" in sent.subject and "KTX 추석 08:00" in sent.subject
+    assert str(rid) in sent.body and "좌석 수: 2" in sent.body and "예매를 확인하거나 취소하려면" in sent.body
+    link = LINK.search(sent.body).group(0)
+    assert mail.reservation_id_of(urlsplit(link).path.split("/")[2]) == rid
+    assert Reservation.objects.get(reservation_id=rid).mail_status == "SENT"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_mail_server_away_loses_no_booking_and_the_page_says_so(
+    settings, eager, make_event, active_tokens, api
+):
+    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+    settings.EMAIL_HOST, settings.EMAIL_PORT, settings.EMAIL_TIMEOUT = "127.0.0.1", free_port(), 2
+    event = make_event(total_seats=10)
+    rid = _book(api, event, active_tokens)
+
+    row = Reservation.objects.get(reservation_id=rid)
+    assert (row.status, row.mail_status) == ("CONFIRMED", "FAILED")
+    page = Client().get(f"/bookings/{mail.link_token(rid)}/").content.decode()
+    assert "We could not send a confirmation to jiwoo@example.com." in page
+    assert "A confirmation is" not in page
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_booking_page_shows_and_cancels_the_booking_by_its_signed_link(make_event, active_tokens, api):
+    event = make_event(total_seats=10)
+    rid = _book(api, event, active_tokens)
+    browser = Client(enforce_csrf_checks=True)
+    assert browser.get(f"/bookings/{mail.link_token(uuid.uuid4())[:-2]}xx/").status_code == 404
+    path = f"/bookings/{mail.link_token(rid)}/"
+    page = browser.get(path)
+    assert page.status_code == 200 and str(rid) in page.content.decode()
+    assert browser.post(path).status_code == 403  # no CSRF token: nothing cancelled
+    assert Reservation.objects.get(reservation_id=rid).status == "CONFIRMED"
+
+    cancelled = browser.post(path, {"csrfmiddlewaretoken": page.cookies["csrftoken"].value})
+    assert "Your booking is cancelled; its seats are back on sale." in cancelled.content.decode()
+    assert Reservation.objects.get(reservation_id=rid).status == "CANCELLED"
+    assert seats_left(event.event_id) == 10
+    again = browser.post(path, {"csrfmiddlewaretoken": page.cookies["csrftoken"].value})
+    assert again.status_code == 200 and "Reservation cancelled" in again.content.decode()
+
+
+# --- On the production server, with a real worker and a real SMTP server ---------
+
+
+@pytest.fixture(scope="module")
+def mailbox() -> Iterator[Mailbox]:
+    box = Mailbox()
+    box.controller.start()
+    yield box
+    box.controller.stop()
+
+
+@pytest.fixture(scope="module")
+def server(django_db_setup, mailbox: Mailbox, tmp_path_factory) -> Iterator[str]:
+    collect_static()
+    base, proc = start_gunicorn(server_env(EMAIL_URL=mailbox.url, TRUSTED_PROXIES="127.0.0.1"))
+    stack = Stack(tmp_path_factory.mktemp("worker"))
+    stack.env["EMAIL_URL"] = mailbox.url
+    stack.worker("mail")
+    yield base
+    stack.close()
+    stop_gunicorn(proc)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_mail_arrives_and_its_link_shows_and_cancels_the_booking(
+    server: str, mailbox: Mailbox, make_event, active_tokens
+) -> None:
+    event = make_event(name="Seoul Phil", total_seats=10)
+    [token] = active_tokens(event, 1)
+    buyer = Browser(server, "192.0.2.41")
+    answer = buyer.session.post(
+        f"{server}/api/booking",
+        json={"token": token, "seatCount": 2, "eventId": event.event_id, "buyerEmail": "minji@example.com"},
+        headers={"Accept-Language": "ko", "X-Forwarded-For": buyer.address},
+        timeout=60,
+    )
+    assert answer.status_code == 200, answer.text
+    rid = answer.json()["data"]["reservationId"]
+
+    message = mailbox.wait_for("minji@example.com")
+    body = message.get_body(("plain",)).get_content()
+    assert rid in body and "좌석 수: 2" in body and "Seoul Phil" in message["Subject"]
+    link = urlsplit(LINK.search(body).group(0))
+    assert link.netloc == urlsplit(server).netloc  # the site as the buyer reached it
+
+    reader = Browser(server, "192.0.2.42")  # wherever the mail is read
+    page = reader.get(link.path)
+    assert (
+        page.status == 200
+        and rid in page.text
+        and "A confirmation was sent to minji@example.com." in page.text
+    )
+    assert reader.post(link.path, {}).status == 200
+    assert Reservation.objects.get(reservation_id=rid).status == "CANCELLED"
+    assert queue.queue_poll(event_id=event.event_id, token=queue.parse_token(token)).status != "BOOKED"

@@ -1,0 +1,119 @@
+"""The browser the page tests drive: headless Chromium (Debian's /usr/bin/chromium,
+driven by Playwright; no browser download), watched for console errors and uncaught
+exceptions, which fail the test. Screenshots go to test-artifacts/screenshots/, and
+to docs/screenshots/ with UPDATE_SCREENSHOTS=1. A pytest plugin (the root conftest
+loads it), so that every app's page tests share one browser per module."""
+
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from conftest import require
+
+# Playwright's sync API runs an event loop in this thread; the test's own ORM calls
+# are still synchronous.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = Path(settings.BASE_DIR) / "test-artifacts" / "screenshots"
+DOCS = Path(settings.BASE_DIR) / "docs" / "screenshots"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    require(Path(CHROMIUM).exists(), f"{CHROMIUM} is not installed (apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=[
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-dev-shm-usage",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
+        )
+        yield browser
+        browser.close()
+
+
+class Console:
+    """What the browser reports going wrong on the pages it is watching: console
+    errors (a failed request among them) and uncaught exceptions."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self.expected: list[re.Pattern] = []
+
+    def watch(self, context) -> None:
+        context.on("console", self._message)
+        context.on("weberror", lambda error: self.errors.append(f"uncaught {error.error}"))
+
+    def _message(self, message) -> None:
+        if message.type == "error":
+            self.errors.append(f"console error: {message.text} ({message.location['url']})")
+
+    def expect(self, pattern: str) -> None:
+        """An error the test brings about on purpose (an answer it makes fail)."""
+        self.expected.append(re.compile(pattern))
+
+    def unexpected(self) -> list[str]:
+        return [e for e in self.errors if not any(p.search(e) for p in self.expected)]
+
+
+@pytest.fixture
+def console() -> Iterator[Console]:
+    """Fails the test on any error its pages reported that it did not expect (after
+    the pages' fixtures closed them: those depend on this one)."""
+    watching = Console()
+    yield watching
+    assert not watching.unexpected(), "\n".join(watching.unexpected())
+
+
+@pytest.fixture
+def page(browser, production_server, console):
+    """A phone-sized page in English, with its own cookies and storage."""
+    context = browser.new_context(
+        locale="en-US", viewport={"width": 390, "height": 844}, base_url=production_server
+    )
+    console.watch(context)
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    yield page
+    context.close()
+
+
+def shot(page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    if os.environ.get("UPDATE_SCREENSHOTS"):
+        DOCS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, DOCS / path.name)
+
+
+def rank_shown(page) -> int:
+    text = page.locator("#position").inner_text()
+    return int(re.search(r"(\d[\d,]*)", text).group(1).replace(",", ""))
+
+
+_LINES = """el => {
+  const range = document.createRange();
+  range.selectNodeContents(el);
+  return new Set([...range.getClientRects()].map(r => Math.round(r.top))).size;
+}"""
+
+
+def lines_of(locator) -> int:
+    """How many lines an element's text takes on the page as drawn."""
+    return locator.evaluate(_LINES)
