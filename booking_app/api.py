@@ -14,7 +14,7 @@ from rest_framework.response import Response
 from booking_app import services, tasks
 from queue_app.api import EventIdField, TokenField
 from ticketing.api import Endpoint, StrictField, responses
-from ticketing.errors import validation_error
+from ticketing.errors import DomainError, validation_error
 from ticketing.ratelimit import BookingThrottle, BookingTokenThrottle
 
 
@@ -129,7 +129,12 @@ class BookingView(Endpoint):
     )
     def post(self, request: Request) -> Response:
         user_id = self.account_id(request)
-        booked = services.booking_reserve(**self.validated(request), user_id=user_id)
+        try:
+            booked = services.booking_reserve(**self.validated(request), user_id=user_id)
+        except DomainError as exc:
+            if exc.code == "BOOKING_PENDING":  # decided later: its mail waits for it
+                tasks.confirmation_soon(request, exc.details["reservationId"])
+            raise
         tasks.confirmation_soon(request, booked.reservation_id)
         return self.answer(booked)
 

@@ -14,6 +14,7 @@ import uuid
 
 from django.core import signing
 from django.core.mail import send_mail
+from django.db import DatabaseError
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import translation
@@ -38,37 +39,46 @@ def reservation_id_of(token: str) -> uuid.UUID | None:
         return None
 
 
-def confirmation_send(*, reservation_id: str, base_url: str, language: str) -> bool:
-    """Mail the buyer their booking; False when there is no one to mail or the mail
-    server would not take it (logged, and recorded on the row for the pages)."""
-    reservation = (
-        Reservation.objects.select_related("event")
-        .filter(reservation_id=reservation_id, status=Reservation.Status.CONFIRMED)
-        .exclude(buyer_email="")
-        .first()
-    )
-    if reservation is None:
-        return False
+# What became of one attempt to mail a booking (the task retries the last two).
+SENT, NOBODY, UNDECIDED, REFUSED = "SENT", "NOBODY", "UNDECIDED", "REFUSED"
+
+
+def confirmation_send(*, reservation_id: str, base_url: str, language: str) -> str:
+    """Mail the buyer their booking, once. NOBODY when there is no one to mail (no
+    address, cancelled, voided, or mailed before), UNDECIDED while the booking has no
+    row yet (a pending booking is decided later), REFUSED when the mail server would
+    not take it."""
+    row = Reservation.objects.select_related("event").filter(reservation_id=reservation_id).first()
+    if row is None:
+        return UNDECIDED
+    if row.status != Reservation.Status.CONFIRMED or not row.buyer_email:
+        return NOBODY
+    if row.mail_status == Reservation.MailStatus.SENT:
+        return NOBODY  # a task delivered twice mails once
     context = {
-        "reservation": reservation,
-        "link": base_url + reverse("booking-page", args=[link_token(reservation.reservation_id)]),
+        "reservation": row,
+        "link": base_url + reverse("booking-page", args=[link_token(row.reservation_id)]),
     }
     with translation.override(language):
         subject = render_to_string("booking_app/confirmation_subject.txt", context).strip()
         body = render_to_string("booking_app/confirmation_mail.txt", context)
     try:
-        send_mail(subject, body, None, [reservation.buyer_email])
+        send_mail(subject, body, None, [row.buyer_email])
     except OSError as exc:  # smtplib's errors are OSErrors, as are refused connections
-        log.error("confirmation of %s not sent, the mail server refused it: %r", reservation_id, exc)
-        _mark(reservation_id, Reservation.MailStatus.FAILED)
-        return False
+        log.warning("confirmation of %s not sent, the mail server refused it: %r", reservation_id, exc)
+        return REFUSED
     _mark(reservation_id, Reservation.MailStatus.SENT)
-    return True
+    return SENT
 
 
-def not_queued(reservation_id: str) -> None:
-    """The broker would not take the mail: the pages must not say it is on its way."""
-    _mark(reservation_id, Reservation.MailStatus.FAILED)
+def not_sent(reservation_id: str) -> None:
+    """The mail will not go out (the broker would not take it, or the mail server
+    refused every try): the pages must not say it is on its way."""
+    log.error("confirmation of %s not sent", reservation_id)
+    try:
+        _mark(reservation_id, Reservation.MailStatus.FAILED)
+    except DatabaseError as exc:  # a pending booking's row is written later, or never
+        log.error("confirmation of %s: not recorded as unsent: %r", reservation_id, exc)
 
 
 def _mark(reservation_id: str, status: str) -> None:

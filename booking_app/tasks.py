@@ -3,7 +3,7 @@ import uuid
 
 from celery import shared_task
 from django.conf import settings
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError
 from django.http import HttpRequest
 from django.utils import translation
 
@@ -30,7 +30,12 @@ def purge_closed() -> dict[str, int]:
     return retention.events_purge()
 
 
-@shared_task(bind=True, ignore_result=True, acks_late=True, max_retries=24 * 60 * 2)
+# How many grace periods a pending booking is waited for (a day at 30 s): its
+# confirmation waits as long as its decision.
+_SETTLE_TRIES = 24 * 60 * 2
+
+
+@shared_task(bind=True, ignore_result=True, acks_late=True, max_retries=_SETTLE_TRIES)
 def settle_pending(self, event_id: str, reservation_id: str, token: str, seat_count: int) -> str:
     """A booking answered BOOKING_PENDING, decided even if Redis lost it
     (services.settle_unheard); asked again every grace period while it cannot be."""
@@ -44,24 +49,34 @@ def settle_pending(self, event_id: str, reservation_id: str, token: str, seat_co
     return outcome
 
 
-@shared_task(ignore_result=True)
-def send_confirmation(reservation_id: str, base_url: str, language: str) -> bool:
-    """The booking's confirmation email (booking_app/mail.py)."""
-    return mail.confirmation_send(reservation_id=reservation_id, base_url=base_url, language=language)
+@shared_task(bind=True, ignore_result=True, max_retries=None)
+def send_confirmation(self, reservation_id: str, base_url: str, language: str) -> str:
+    """The booking's confirmation email (booking_app/mail.py). A pending booking is
+    waited for as long as reconcile may take to decide it; a mail server that refuses
+    is tried again with growing pauses, and the pages say "not sent" only after the
+    last try."""
+    outcome = mail.confirmation_send(reservation_id=reservation_id, base_url=base_url, language=language)
+    tries = self.request.retries
+    if outcome == mail.UNDECIDED and tries < _SETTLE_TRIES:
+        raise self.retry(countdown=settings.BOOKING_RECONCILE_GRACE_SEC)
+    if outcome == mail.REFUSED:
+        if tries < settings.CONFIRMATION_MAIL_RETRIES:
+            raise self.retry(countdown=min(600, 10 * 2**tries))  # 10 s, 20 s, 40 s, ...
+        mail.not_sent(reservation_id)
+    return outcome
 
 
-def confirmation_soon(request: HttpRequest, reservation_id: uuid.UUID) -> None:
-    """Have the confirmation mailed once the booking is committed, in the request's
-    language, with links to this site as the buyer reached it. A broker that is away
-    costs the mail, never the booking: the row says it was not sent."""
+def confirmation_soon(request: HttpRequest, reservation_id: uuid.UUID | str) -> None:
+    """Have the booking's confirmation mailed, in the request's language, with links
+    to this site as the buyer reached it. Called once the booking is decided
+    (booking_reserve has committed) or known pending (the task waits for the
+    decision); not through on_commit, which would ask a database that may be away.
+    A broker that is away costs the mail, never the booking: the row says it was not
+    sent."""
     base_url = request.build_absolute_uri("/").rstrip("/")
     language = translation.get_language() or "en"
-
-    def enqueue() -> None:
-        try:
-            send_confirmation.apply_async((str(reservation_id), base_url, language), retry=False)
-        except Exception as exc:  # noqa: BLE001 (the broker's errors are many kinds)
-            log.error("confirmation of %s not queued, the broker is away: %r", reservation_id, exc)
-            mail.not_queued(str(reservation_id))
-
-    transaction.on_commit(enqueue)
+    try:
+        send_confirmation.apply_async((str(reservation_id), base_url, language), retry=False)
+    except Exception as exc:  # noqa: BLE001 (the broker's errors are many kinds)
+        log.error("confirmation of %s not queued, the broker is away: %r", reservation_id, exc)
+        mail.not_sent(str(reservation_id))

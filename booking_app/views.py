@@ -76,6 +76,8 @@ def book(request: HttpRequest, event_id: str) -> HttpResponse:
                 user_id=request.user.pk if request.user.is_authenticated else None,
             )
         except DomainError as exc:
+            if exc.code == "BOOKING_PENDING":  # decided later: its mail waits for it
+                tasks.confirmation_soon(request, exc.details["reservationId"])
             if exc.code in ("ALREADY_BOOKED", "BOOKING_PENDING"):
                 return redirect("confirmation", event_id, exc.details["reservationId"])
             if exc.code in ("NOT_ACTIVE", "SOLD_OUT"):

@@ -468,6 +468,9 @@ EMAIL_USE_SSL = _email.get("EMAIL_USE_SSL", False)
 DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default="tickets@localhost")
 # A mail server that does not answer must not hold a request's thread for long.
 EMAIL_TIMEOUT = _int("EMAIL_TIMEOUT", 10, minimum=1)
+# How often a booking's confirmation is tried again when the mail server refuses it
+# (pauses of 10 s, doubling: 5 tries span about five minutes).
+CONFIRMATION_MAIL_RETRIES = _int("CONFIRMATION_MAIL_RETRIES", 5, minimum=0)
 
 LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("ko", "한국어")]

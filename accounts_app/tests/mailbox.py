@@ -15,6 +15,8 @@ from conftest import free_port
 class Mailbox:
     def __init__(self) -> None:
         self.messages: list[tuple[list[str], EmailMessage]] = []
+        self.refuse = 0  # how many recipients to turn away next ("451 try again later")
+        self.refused = 0
         self._arrived = threading.Condition()
         self.controller = Controller(self, hostname="127.0.0.1", port=free_port())
 
@@ -22,6 +24,14 @@ class Mailbox:
     def url(self) -> str:
         """The EMAIL_URL that sends here."""
         return f"smtp://127.0.0.1:{self.controller.port}"
+
+    async def handle_RCPT(self, server, session, envelope, address, rcpt_options) -> str:  # noqa: N802
+        if self.refuse > 0:
+            self.refuse -= 1
+            self.refused += 1
+            return "451 4.3.0 Try again later"
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
 
     async def handle_DATA(self, server, session, envelope) -> str:  # noqa: N802 (aiosmtpd's name)
         message = email.message_from_bytes(envelope.content, policy=email.policy.default)
