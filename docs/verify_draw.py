@@ -21,7 +21,7 @@ after the draw, that this is the position and the list the service signed:
     python3 verify_draw.py --seed HEX --receipts list.txt --public-key HEX --receipt-file receipt.json
 
 The algorithm, restated here on purpose so that checking needs none of the
-service's code:
+service's code (docs/draw.md gives every input byte by byte, with a worked example):
 
     receipt     = 8 bytes (16 hex digits), one per place of the pre-queue; the
                   published list gives each with its position, in any order
@@ -65,7 +65,7 @@ def drawn_positions(seed: bytes, receipts: list[bytes]) -> list[int]:
     the draw runs over the receipts sorted)."""
     count = len(receipts)
     order = sorted(range(count), key=receipts.__getitem__)
-    final = hashlib.sha256(seed + list_digest(receipts)).digest()
+    final = final_seed(seed, list_digest(receipts))
     stream = b"".join(hashlib.sha256(final + c.to_bytes(8, "big")).digest() for c in range((count + 2) // 4))
     for k, i in enumerate(range(count - 1, 0, -1)):
         j = int.from_bytes(stream[8 * k : 8 * k + 8], "big") % (i + 1)
@@ -78,6 +78,11 @@ def drawn_positions(seed: bytes, receipts: list[bytes]) -> list[int]:
 
 def list_digest(receipts: list[bytes]) -> bytes:
     return hashlib.sha256(b"".join(sorted(receipts))).digest()
+
+
+def final_seed(seed: bytes, digest: bytes) -> bytes:
+    """The shuffle's seed: mixes in the list, which nobody knows before the start."""
+    return hashlib.sha256(seed + digest).digest()
 
 
 def read_list(lines: list[str]) -> tuple[list[bytes], list[int]]:

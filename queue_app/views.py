@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 
 from queue_app import draw, services
-from queue_app.models import Event
+from queue_app.models import Draw, Event, commitment
 from ticketing.errors import DomainError
 
 
@@ -82,9 +82,18 @@ def waiting_room(request: HttpRequest, event_id: str) -> HttpResponse:
             "countdown": _("Starts in %(time)s"),
             "drawing": _("Drawing the order of everyone who came before the start…"),
             "drawnPosition": _("Drawn position %(n)s"),
+            "copied": _("Copied"),
+            "copyFailed": _("Select it and copy it by hand."),
         },
     }
-    return render(request, "queue_app/waiting_room.html", {"event": event, "config": config})
+    # The commitment to the draw's seed, shown in the pre-queue for people to keep:
+    # only a copy kept from before the start shows that the seed published after it
+    # is the one chosen before (the draw page's own copy is the service's word). A
+    # start is scheduled only for a line nobody joined, so a page that joins the
+    # pre-queue was rendered with the start's commitment.
+    found = Draw.objects.filter(event=event).first() if event.opens_at else None
+    context = {"event": event, "config": config, "commitment": found.commitment if found else ""}
+    return render(request, "queue_app/waiting_room.html", context)
 
 
 def draw_page(request: HttpRequest, event_id: str) -> HttpResponse:
@@ -93,7 +102,12 @@ def draw_page(request: HttpRequest, event_id: str) -> HttpResponse:
     event = get_object_or_404(Event, event_id=event_id)
     context: dict = {"event": event}
     try:
-        context["draw"] = draw.published(event_id=event_id)
+        context["draw"] = published = draw.published(event_id=event_id)
+        if published.seed is not None:
+            # Computed here from the seed revealed, beside the commitment published
+            # before the start: a person compares both with the copy they kept.
+            context["seed_commitment"] = commitment(bytes.fromhex(published.seed))
+            context["commitments_match"] = context["seed_commitment"] == published.commitment
         wanted = request.GET.get("receipt", "").strip().lower()
         if wanted:
             context["asked"] = wanted

@@ -309,3 +309,87 @@ def test_the_draw_page_before_and_after_the_draw(client, make_event, api):
     assert client.get("/events/nope-404/draw", **HTML).status_code == 404
     script = client.get("/verify_draw.py")
     assert b"def drawn_positions" in b"".join(script.streaming_content)
+
+
+def test_the_pre_queue_page_shows_the_commitment_to_keep(client, make_event):
+    """Before the start the waiting room shows the draw's commitment, for the person
+    to keep: the draw page's own copy, after the start, is the service's word."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    event = make_event(opens_at=timezone.now() + timedelta(hours=1))
+    page = client.get(f"/events/{event.event_id}/", **HTML).content.decode()
+    assert f'<code id="prequeue-commitment">{event.draw.commitment}</code>' in page
+    assert "Keep the commitment with your receipt now, before the start" in page
+    page = client.get(f"/events/{event.event_id}/", HTTP_ACCEPT_LANGUAGE="ko").content.decode()
+    assert "추첨 커밋먼트 (비밀 시드의 SHA-256):" in page and event.draw.commitment in page
+    plain = make_event()
+    page = client.get(f"/events/{plain.event_id}/", **HTML).content.decode()
+    assert '<code id="prequeue-commitment"></code>' in page
+
+
+def _drawn(make_event, api) -> Event:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from queue_app import draw
+
+    event = make_event(opens_at=timezone.now() + timedelta(hours=1))
+    for _ in range(2):
+        api.join(event.event_id)
+    Event.objects.filter(pk=event.pk).update(opens_at=timezone.now())
+    event.refresh_from_db()
+    services.event_publish(event)
+    assert draw.run(event.event_id).outcome == "DONE"
+    return event
+
+
+def test_the_draw_page_shows_both_commitments_and_asks_for_the_kept_one(client, make_event, api):
+    """After the draw: the commitment published before the start beside the one the
+    revealed seed hashes to, whether they match, and a command that asks for the
+    person's own copy (the page's would check the page against itself)."""
+    import hashlib
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from queue_app import draw
+
+    event = _drawn(make_event, api)
+    shown = draw.published(event_id=event.event_id)
+    page = client.get(f"/events/{event.event_id}/draw", **HTML).content.decode()
+    assert f'<code id="commitment">{shown.commitment}</code>' in page
+    seed_hash = hashlib.sha256(bytes.fromhex(shown.seed)).hexdigest()
+    assert f'<code id="seed-commitment">{seed_hash}</code>' in page
+    assert 'data-match="yes"' in page and "The two commitments match" in page
+    assert "Compare both values with the commitment you saved from the waiting room" in page
+    assert "--commitment &lt;the commitment you saved&gt;</code>" in page
+    assert f"--commitment {shown.commitment}" not in page
+    page = client.get(f"/events/{event.event_id}/draw", HTTP_ACCEPT_LANGUAGE="ko").content.decode()
+    assert "시작 전에 공개한 커밋먼트" in page and "공개된 시드로 계산한 커밋먼트" in page
+    assert "두 커밋먼트가 일치합니다." in page
+    assert "--commitment &lt;저장해 둔 커밋먼트&gt;</code>" in page
+    # Before the draw there is no seed to hash: the one commitment, to keep.
+    scheduled = make_event(opens_at=timezone.now() + timedelta(hours=1))
+    page = client.get(f"/events/{scheduled.event_id}/draw", **HTML).content.decode()
+    assert 'id="seed-commitment"' not in page and 'id="commitment-match"' not in page
+
+
+def test_the_draw_page_says_when_the_seed_is_not_the_one_committed_to(client, make_event, api, monkeypatch):
+    """A seed that is not the one committed to is called out, not shown as if it were."""
+    import dataclasses
+
+    from queue_app import draw
+
+    event = _drawn(make_event, api)
+    real = draw.published
+
+    def other_commitment(**kwargs):
+        return dataclasses.replace(real(**kwargs), commitment="ab" * 32)
+
+    monkeypatch.setattr(draw, "published", other_commitment)
+    page = client.get(f"/events/{event.event_id}/draw", **HTML).content.decode()
+    assert 'data-match="no"' in page and "The two commitments do not match" in page
+    assert f'<code id="commitment">{"ab" * 32}</code>' in page

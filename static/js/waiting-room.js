@@ -1,9 +1,10 @@
 // The waiting room: join on the first visit, keep the token (localStorage and a
 // cookie, so F5 keeps the place), poll at the server's nextPollMs, and move to the
-// booking page when admitted. Before a scheduled start, a countdown and the place's
-// receipt in the draw; after it, the drawn position. When the event asks for proof
-// of work, the join carries a solved challenge (ALTCHA, static/vendor/altcha),
-// solved in the background while the page says so.
+// booking page when admitted. Before a scheduled start, a countdown, the place's
+// receipt in the draw and the draw's commitment to keep; after it, the drawn
+// position. When the event asks for proof of work, the join carries a solved
+// challenge (ALTCHA, static/vendor/altcha), solved in the background while the
+// page says so.
 (function () {
   "use strict";
   const cfg = JSON.parse(document.getElementById("room-config").textContent);
@@ -308,7 +309,26 @@
   }
   room.querySelectorAll(".save-receipt").forEach((a) => a.addEventListener("click", saveReceipt));
 
-  // Before a scheduled start: the countdown, and the receipt that names this place in the draw.
+  // Copy the draw's commitment (the page comes with it), for the person to keep
+  // before the start (docs/draw.md). Where the clipboard is out of reach (a page
+  // over plain http, a refused permission) select it, to be copied by hand.
+  $("copy-commitment").addEventListener("click", async () => {
+    const code = $("prequeue-commitment");
+    try {
+      await navigator.clipboard.writeText(code.textContent);
+      $("copied").textContent = S.copied;
+    } catch (e) {
+      const range = document.createRange();
+      range.selectNodeContents(code);
+      const selection = window.getSelection();
+      selection.removeAllRanges();
+      selection.addRange(range);
+      $("copied").textContent = S.copyFailed;
+    }
+  });
+
+  // Before a scheduled start: the countdown, the receipt that names this place in
+  // the draw, and the draw's commitment.
   function preQueue(data) {
     showError("");
     const opens = new Date(data.opensAt);

@@ -342,3 +342,90 @@ def test_the_pre_queue_and_the_draw_in_korean(make_event, new_page):
         size=1,
     )
     fits_a_phone(page)
+
+
+@pytest.fixture(params=[("en", 1280, 800), ("ko", 390, 844)], ids=["desktop-en", "phone-ko"])
+def view(request, browser, production_server, console):  # noqa: F811 (the fixtures imported above)
+    """A page on a desktop in English, or on a phone in Korean, that may use the
+    clipboard; and its language."""
+    lang, width, height = request.param
+    context = browser.new_context(
+        locale={"en": "en-US", "ko": "ko-KR"}[lang],
+        viewport={"width": width, "height": height},
+        base_url=production_server,
+    )
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=production_server)
+    console.watch(context)
+    page = context.new_page()
+    page.set_default_timeout(20_000)
+    yield page, lang
+    context.close()
+
+
+def said(lang: str, msgid: str, **values: object) -> str:
+    """`msgid` as a page in `lang` says it."""
+    if lang == "ko":
+        return korean(msgid, **values)
+    return msgid % values if values else msgid
+
+
+KEEP_IT = (
+    "Keep the commitment with your receipt now, before the start (copy both, or save your signed "
+    "receipt, which holds both): after the start, the draw page must show a seed whose SHA-256 is "
+    "this same commitment. Only a copy you kept shows that it was not changed."
+)
+MATCH = (
+    "The two commitments match: the revealed seed is the one whose commitment this page published "
+    "before the start."
+)
+COMPARE = (
+    "This page's copy of the commitment is the service's word. Compare both values with the "
+    "commitment you saved from the waiting room before the start (your signed receipt holds it "
+    "too): if they differ, this seed is not the one committed to before the start. Keep your receipt."
+)
+
+
+def test_the_pre_queue_shows_the_commitment_the_draw_page_then_publishes(view, make_event):
+    """The commitment is shown where people wait before the start, to be kept; the draw
+    page then shows the one it published beside the one its seed hashes to, and asks
+    for the kept copy in the check's command instead of filling in its own."""
+    page, lang = view
+    event = make_event(opens_at=timezone.now() + LEAD)
+    page.goto(f"/events/{event.event_id}/")
+    shows(page, "prequeue")
+    page.wait_for_function("document.getElementById('receipt').textContent.length === 16")
+    kept = text(page, "#prequeue-commitment")
+    assert re.fullmatch(r"[0-9a-f]{64}", kept), kept
+    panel = page.locator('[data-show="prequeue"]')
+    assert said(lang, "The draw's commitment (SHA-256 of its secret seed):") in panel.inner_text()
+    assert said(lang, KEEP_IT) in panel.inner_text().replace("\n", " ")
+    page.locator("#copy-commitment").click()
+    page.wait_for_function("document.getElementById('copied').textContent !== ''")
+    assert text(page, "#copied") == said(lang, "Copied")
+    assert page.evaluate("navigator.clipboard.readText()") == kept
+    assert text(page, "#copy-commitment") == said(lang, "Copy")
+    shot(page, f"16-pre-queue-commitment-{lang}")
+    fits_a_phone(page)
+    before_start(event)
+
+    wait_for_start(event)
+    shows(page, "drawing", timeout=6_000)
+    assert draw.run(event.event_id).outcome == "DONE"
+    shows(page, "waiting", timeout=6_000)
+    page.locator("#check-draw").click()
+    page.locator("#found").wait_for()
+    figures = page.locator("dl.figures").inner_text()
+    assert said(lang, "The commitment published before the start (SHA-256 of the secret seed)") in figures
+    assert said(lang, "The commitment the revealed seed hashes to (SHA-256 of the seed below)") in figures
+    assert text(page, "#commitment") == kept  # the one shown before the start
+    seed = text(page, "#seed")
+    assert text(page, "#seed-commitment") == hashlib.sha256(bytes.fromhex(seed)).hexdigest() == kept
+    assert page.locator("#commitment-match").get_attribute("data-match") == "yes"
+    assert text(page, "#commitment-match") == said(lang, MATCH)
+    assert said(lang, COMPARE) in page.locator("#draw").inner_text().replace("\n", " ")
+    # The command asks for the person's own copy: the page's would prove nothing.
+    command = page.locator("pre code").first.inner_text()
+    assert command.endswith(f"--commitment <{said(lang, 'the commitment you saved')}>"), command
+    assert kept not in page.locator("pre").all_inner_texts()[0]
+    shot(page, f"17-draw-commitments-{lang}")
+    fits_a_phone(page)
