@@ -3,16 +3,17 @@ Postgres, so they stay on Django's lane."""
 
 import uuid
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from booking_app import services, tasks
-from queue_app.api import EventIdField, TokenField
+from queue_app.api import EXAMPLE_TOKEN, TOKEN_TO_FILL, EventIdField, TokenField
 from ticketing.api import Endpoint, StrictField, responses
 from ticketing.errors import DomainError, validation_error
 from ticketing.ratelimit import BookingThrottle, BookingTokenThrottle
@@ -104,6 +105,21 @@ class BookingView(Endpoint):
     @extend_schema(
         operation_id="booking_create",
         request=BookingInput,
+        examples=[
+            OpenApiExample(
+                "Two seats",
+                value={
+                    "token": EXAMPLE_TOKEN,
+                    "seatCount": 2,
+                    "eventId": settings.EXAMPLE_EVENT_ID,
+                    "buyerName": "Kim Minji",
+                    "buyerEmail": "minji@example.com",
+                },
+                request_only=True,
+                description=f"{TOKEN_TO_FILL} It books once GET /api/status/poll answers ACTIVE for "
+                "it (on `make run`, within a second or two of joining).",
+            )
+        ],
         responses=responses(
             BookedOutput,
             "VALIDATION_ERROR",

@@ -16,10 +16,12 @@
 -- many live places per client address (an IPv4 address or an IPv6 /64), and
 -- ARGV[12] times that per IPv6 /48 (TOO_MANY_PLACES); proofOfWork: a solved
 -- challenge, used once, issued when the event asked no less than it asks now
--- (PROOF_OF_WORK). Only these events keep something per
--- place: an owner's tokens, in the small hash its id picks (token -> owner). An
--- owner's live places are those of its tokens still waiting or in their active
--- window (a place booked in its window still counts: its holder has it).
+-- (PROOF_OF_WORK; a payload sent that did not verify is refused there too, after
+-- the event and the cap, so that it never hides an unknown event). Only these
+-- events keep something per place: an owner's tokens, in the small hash its id
+-- picks (token -> owner). An owner's live places are those of its tokens still
+-- waiting or in their active window (a place booked in its window still counts:
+-- its holder has it).
 --
 -- KEYS[1] meta    HASH    status, gen, requireAccount, proofOfWork, maxPerAddress, draw,
 --                         opensAt, drawSize (written when this join closes the pre-queue)
@@ -46,13 +48,17 @@
 -- ARGV[4] the key's outer HMAC pad, 64 bytes
 -- ARGV[5] the signed-in account's id, or ''
 -- ARGV[6] the client's address (packed IPv4, or the IPv6 /64), or ''
--- ARGV[7] the verified solution's mark (an integer), or '' when none was sent
+-- ARGV[7] the verified solution's mark (an integer), '' when none was sent, or '-'
+--         when the payload sent did not verify (queue_app/proof.py says why)
 -- ARGV[8] when KEYS[10] may expire (unix ms)
 -- ARGV[9] two random bytes for the new token
 -- ARGV[10] the difficulty the event asked when the solution's challenge was issued
 --          (signed in the challenge), or '' when none was sent
 -- ARGV[11] an IPv6 client's /48 (packed, 6 bytes), or ''
 -- ARGV[12] how many times the places per address a /48 may hold
+-- ARGV[13] '1': only ask whether the cap lets this client in (the challenge
+--          endpoint's advice, before a proof of work is spent): {'MAY_JOIN'} where
+--          the proof would be checked, nothing written; else ''
 --
 -- An event with a scheduled start (meta opensAt, draw = PENDING; docs/draw.md): a
 -- join before the start enters the pre-queue, numbers 1..drawSize, drawn into the
@@ -65,8 +71,8 @@
 -- keeps its place {'WAITING'|'ACTIVE', 0, prequeue}; an account's live place {'HELD',
 -- 'WAITING'|'ACTIVE', token, prequeue}, where prequeue is 1 for a place of the
 -- pre-queue, else 0; {'ALREADY_BOOKED', 0, reservationId}; {'TOO_MANY_PLACES', cap};
--- {'PROOF_OF_WORK', 'missing'|'used'|'easier'}; {'ACCOUNT_REQUIRED'}; {'EVENT_NOT_FOUND'};
--- {'EVENT_CLOSED'}.
+-- {'PROOF_OF_WORK', 'invalid'|'missing'|'used'|'easier'}; {'ACCOUNT_REQUIRED'}; {'EVENT_NOT_FOUND'};
+-- {'EVENT_CLOSED'}; asking only, {'MAY_JOIN'}.
 -- Validates every key before its first write (Redis keeps the writes done before an
 -- error): a bad key fails the script with nothing changed.
 -- needs: line
@@ -153,6 +159,9 @@ else
     end
   end
 end
+if ARGV[13] == '1' then return {'MAY_JOIN'} end
+-- A payload that is no solution is refused whether or not the event asks for one.
+if ARGV[7] == '-' then return {'PROOF_OF_WORK', 'invalid'} end
 local difficulty = tonumber(meta[3] or 0) or 0
 local proof = difficulty > 0
 if proof then

@@ -7,8 +7,9 @@ these declarations (`fast_service`); Django's lane serves them to everything els
 from collections.abc import Mapping
 from itertools import chain
 
+from django.conf import settings
 from django.http import StreamingHttpResponse
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_field
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
@@ -44,7 +45,8 @@ def anonymous_client(meta: Mapping) -> services.Client:
         "type": "string",
         "format": "uuid",
         "description": "The token join (or a rejoin to the back) handed out for this event: a signed UUIDv8 "
-        "that carries the arrival number. Any other UUID is refused with INVALID_TOKEN.",
+        "that carries the arrival number. Any other UUID is refused with INVALID_TOKEN. To get one: "
+        "POST /api/queue/join, and copy `data.token` from its answer.",
     }
 )
 class TokenField(StrictField):
@@ -57,7 +59,12 @@ class TokenField(StrictField):
 
 
 @extend_schema_field(
-    {"type": "string", "pattern": EVENT_ID_PATTERN, "description": "Default: the configured event."}
+    {
+        "type": "string",
+        "pattern": EVENT_ID_PATTERN,
+        "description": "Default: the configured event.",
+        "example": settings.EXAMPLE_EVENT_ID,
+    }
 )
 class EventIdField(StrictField):
     parse = staticmethod(services.parse_event_id)
@@ -70,9 +77,13 @@ class EventIdField(StrictField):
     {
         "type": "string",
         "maxLength": proof.MAX_PAYLOAD,
-        "description": "The solved proof-of-work challenge (GET /api/queue/challenge): the ALTCHA payload, "
-        "base64. Needed when the event asks for proof of work (a new place only: a rejoin that keeps "
-        "its place needs none); each solution works once.",
+        "description": "The solved proof-of-work challenge: the ALTCHA payload, base64. Leave it out "
+        "unless the event asks for proof of work (GET /api/queue/challenge answers `required`; the "
+        "dev stack's event asks for none). When it does: GET /api/queue/challenge?eventId=..., solve "
+        "`data.challenge` with the ALTCHA widget or Python's `altcha.solve_challenge` (README: Proof "
+        "of work), and send the payload here. Needed for a new place only (a rejoin that keeps its "
+        "place needs none); each solution works once. One sent that does not verify is refused "
+        "with PROOF_OF_WORK, after the event's own refusals (EVENT_NOT_FOUND first).",
     }
 )
 class ProofField(StrictField):
@@ -80,6 +91,31 @@ class ProofField(StrictField):
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(required=False, source="proof", **kwargs)
+
+
+# A token in an example stands in for the person's own: no example can hold one.
+EXAMPLE_TOKEN = "00000000-0000-8000-8000-000000000000"
+TOKEN_TO_FILL = (
+    "`token`: put the one POST /api/queue/join answered in place of this one, which this "
+    "service never issued (INVALID_TOKEN)."
+)
+JOIN_EXAMPLES = [
+    OpenApiExample(
+        "The dev stack event",
+        value={"eventId": settings.EXAMPLE_EVENT_ID},
+        request_only=True,
+        description="The event `make run` creates, which asks for no proof of work: works as it is. "
+        "For an event that asks for one, add `altcha` (see the field).",
+    )
+]
+REJOIN_EXAMPLES = [
+    OpenApiExample(
+        "A returning person",
+        value={"token": EXAMPLE_TOKEN, "eventId": settings.EXAMPLE_EVENT_ID},
+        request_only=True,
+        description=TOKEN_TO_FILL,
+    )
+]
 
 
 class EventInput(serializers.Serializer):
@@ -187,6 +223,7 @@ class JoinView(Endpoint):
     @extend_schema(
         operation_id="queue_join",
         request=JoinInput,
+        examples=JOIN_EXAMPLES,
         responses=responses(
             JoinedOutput,
             "VALIDATION_ERROR",
@@ -221,6 +258,7 @@ class RejoinView(Endpoint):
     @extend_schema(
         operation_id="queue_rejoin",
         request=RejoinInput,
+        examples=REJOIN_EXAMPLES,
         responses=responses(
             RejoinedOutput,
             "VALIDATION_ERROR",
@@ -280,19 +318,27 @@ class PollView(Endpoint):
 
 
 class ChallengeView(Endpoint):
-    """A proof-of-work challenge for a join (queue_app/proof.py)."""
+    """A proof-of-work challenge for a join (queue_app/proof.py). On an event that
+    caps places per address, a client already at its cap gets the join's
+    TOO_MANY_PLACES here, before it solves anything."""
 
     Input, Output, source = EventInput, ChallengeOutput, "query"
     throttle_classes = [ChallengeThrottle]
     fast_service = staticmethod(services.aqueue_challenge)
+    # A join refused before its proof of work was spent: counted as the join's would be.
+    counted_refusals = {"TOO_MANY_PLACES": services.JOIN_REFUSALS["TOO_MANY_PLACES"]}
+    fast_client = staticmethod(anonymous_client)
 
     @extend_schema(
         operation_id="queue_challenge",
         parameters=[EventInput],
-        responses=responses(ChallengeOutput, "VALIDATION_ERROR", "EVENT_NOT_FOUND", "RATE_LIMIT"),
+        responses=responses(
+            ChallengeOutput, "VALIDATION_ERROR", "EVENT_NOT_FOUND", "RATE_LIMIT", "TOO_MANY_PLACES"
+        ),
     )
     def get(self, request: Request) -> Response:
-        return self.answer(services.queue_challenge(**self.validated(request)))
+        client = anonymous_client(request.META)  # the cap counts addresses, never accounts
+        return self.answer(services.queue_challenge(**self.validated(request), client=client))
 
 
 @extend_schema_field(

@@ -26,7 +26,6 @@ from ticketing.errors import DomainError, validation_error
 log = logging.getLogger(__name__)
 
 
-
 @functools.cache
 def _place_gate() -> Callable[[int], bool]:
     return import_string(settings.ACCOUNT_MAY_HOLD_PLACE)
@@ -37,6 +36,7 @@ def account_may_hold_place(user_id: int) -> bool:
     account whose email address must be confirmed first may not). The accounts app
     answers (settings.ACCOUNT_MAY_HOLD_PLACE): the line does not know how."""
     return _place_gate()(user_id)
+
 
 @dataclass(frozen=True, slots=True)
 class Token:
@@ -137,15 +137,28 @@ class Client:
     unconfirmed: bool = False
 
 
-def _join_call(event_id: str, token: Token | None, proof: str | None, client: Client) -> Call:
+def _join_call(
+    event_id: str, token: Token | None, proof: str | None, client: Client
+) -> tuple[Call, DomainError | None]:
     """join (token None) or rejoin: the script issues and signs a new token when the
-    person goes to the back; its index bucket is the new nonce's."""
-    solved = None if proof is None else queue_proof.verify(event_id, proof)
-    return _join_script_call(event_id, token, solved, client)
+    person goes to the back; its index bucket is the new nonce's. A payload that
+    does not verify is the script's to refuse, in its order (an unknown event
+    first): returned beside the call, for `_joined` to raise with its reason."""
+    try:
+        solved = None if proof is None else queue_proof.verify(event_id, proof)
+    except DomainError as refusal:
+        return _join_script_call(event_id, token, None, client, unverified=True), refusal
+    return _join_script_call(event_id, token, solved, client), None
 
 
 def _join_script_call(
-    event_id: str, token: Token | None, solved: queue_proof.Proof | None, client: Client
+    event_id: str,
+    token: Token | None,
+    solved: queue_proof.Proof | None,
+    client: Client,
+    *,
+    unverified: bool = False,
+    ask: bool = False,
 ) -> Call:
     k = r.event_keys(event_id)
     if token is None:
@@ -153,7 +166,7 @@ def _join_script_call(
     else:
         issued(event_id, token)
         old, booked = token.raw, k.booked(token.text)
-    mark, proofs, proofs_until, difficulty = "", k.meta, 0, ""
+    mark, proofs, proofs_until, difficulty = "-" if unverified else "", k.meta, 0, ""
     if solved is not None:
         mark, proofs = str(solved.member), k.proofs(solved.mark, solved.expires_at)
         proofs_until = (solved.expires_at // 60 + 1) * 60_000 + 1_000
@@ -169,7 +182,7 @@ def _join_script_call(
     ipad, opad = tokens.keys()[0].pads
     args = [
         old, event_id, ipad, opad, account, client.address, mark, proofs_until, tokens.new_nonce(),
-        difficulty, client.site, settings.IPV6_48_LIMIT_FACTOR,
+        difficulty, client.site, settings.IPV6_48_LIMIT_FACTOR, "1" if ask else "",
     ]  # fmt: skip
     return "join", keys, args
 
@@ -178,7 +191,24 @@ def _receipt(event_id: str, token: bytes, prequeue: int) -> str | None:
     return draw.receipt(event_id, token).hex() if prequeue else None
 
 
-def _joined(event_id: str, token: Token | None, reply: list, client: Client) -> Joined:
+# Shared connections (a household's Wi-Fi, an office, a mobile carrier's NAT) put
+# many people behind one address: the refusal says so, and what each can do,
+# without telling them they hold places they may never have taken.
+TOO_MANY_PLACES_MESSAGE = (
+    "This connection already has as many places in line as this event allows. Connections "
+    "are often shared: by a household, an office, or many people on one mobile carrier. Try "
+    "another connection (for example mobile data instead of Wi-Fi), or try again later: a "
+    "place frees up when someone on this connection leaves the line, books, or their turn ends."
+)
+
+
+def _too_many_places(most: int) -> DomainError:
+    return DomainError("TOO_MANY_PLACES", TOO_MANY_PLACES_MESSAGE, most=most)
+
+
+def _joined(
+    event_id: str, token: Token | None, reply: list, client: Client, unverified: DomainError | None = None
+) -> Joined:
     outcome, *rest = reply
     if outcome == b"JOINED":
         return Joined(Token.of(rest[1]).text, event_id, rest[0], receipt=_receipt(event_id, rest[1], rest[2]))
@@ -204,9 +234,9 @@ def _joined(event_id: str, token: Token | None, reply: list, client: Client) -> 
     if outcome == b"ACCOUNT_REQUIRED":
         raise DomainError("ACCOUNT_REQUIRED", "Sign in to join this event's line.")
     if outcome == b"TOO_MANY_PLACES":
-        raise DomainError(
-            "TOO_MANY_PLACES", "This address already holds as many places as this event allows.", most=rest[0]
-        )
+        raise _too_many_places(rest[0])
+    if rest[0] == b"invalid" and unverified is not None:
+        raise unverified
     if rest[0] == b"used":
         raise DomainError("PROOF_OF_WORK", "This proof of work was used before; solve a new challenge.")
     if rest[0] == b"easier":
@@ -220,11 +250,13 @@ _ANYONE = Client()
 def queue_join(*, event_id: str, proof: str | None = None, client: Client = _ANYONE) -> Joined:
     """A new person: a fresh token at the back of the line (or, on an account event,
     the account's live place)."""
-    return _joined(event_id, None, r.run(*_join_call(event_id, None, proof, client)), client)
+    call, unverified = _join_call(event_id, None, proof, client)
+    return _joined(event_id, None, r.run(*call), client, unverified)
 
 
 async def aqueue_join(*, event_id: str, proof: str | None = None, client: Client = _ANYONE) -> Joined:
-    return _joined(event_id, None, await r.arun(*_join_call(event_id, None, proof, client)), client)
+    call, unverified = _join_call(event_id, None, proof, client)
+    return _joined(event_id, None, await r.arun(*call), client, unverified)
 
 
 def queue_rejoin(
@@ -232,13 +264,15 @@ def queue_rejoin(
 ) -> Joined:
     """A returning person (F5): the same place while waiting or active; otherwise a
     new token at the back, the old one left as it was (EXPIRED, or NOT_FOUND)."""
-    return _joined(event_id, token, r.run(*_join_call(event_id, token, proof, client)), client)
+    call, unverified = _join_call(event_id, token, proof, client)
+    return _joined(event_id, token, r.run(*call), client, unverified)
 
 
 async def aqueue_rejoin(
     *, event_id: str, token: Token, proof: str | None = None, client: Client = _ANYONE
 ) -> Joined:
-    return _joined(event_id, token, await r.arun(*_join_call(event_id, token, proof, client)), client)
+    call, unverified = _join_call(event_id, token, proof, client)
+    return _joined(event_id, token, await r.arun(*call), client, unverified)
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,24 +281,48 @@ class Challenge:
     challenge: dict
 
 
-def _challenge(event_id: str, difficulty: bytes | None) -> Challenge:
-    if difficulty is None:
+# What the challenge reads of the event: whether it exists, its difficulty, and
+# whether its join would count this client's places (a cap, without accounts).
+_CHALLENGE_FIELDS = ("status", "proofOfWork", "maxPerAddress", "requireAccount")
+
+
+def _challenge(event_id: str, fields: list) -> Challenge:
+    status, difficulty, _, _ = fields
+    if status is None:
         raise _event_not_found(event_id)
     level = int(difficulty or 0)
     return Challenge(level > 0, queue_proof.challenge(event_id, level))
 
 
-def queue_challenge(*, event_id: str) -> Challenge:
-    """A proof-of-work challenge at the event's difficulty (one cheap HGET; an event
-    without proof of work gets the easiest, so that a client may always solve one)."""
-    status, difficulty = r.client().hmget(r.event_keys(event_id).meta, "status", "proofOfWork")
-    return _challenge(event_id, None if status is None else difficulty or b"0")
+def _counts_places(fields: list, client: Client) -> bool:
+    status, _, cap, account = fields
+    return status is not None and int(cap or 0) > 0 and account != b"1" and bool(client.address)
 
 
-async def aqueue_challenge(*, event_id: str) -> Challenge:
-    meta = r.event_keys(event_id).meta
-    status, difficulty = await r.batcher().execute("HMGET", meta, "status", "proofOfWork")
-    return _challenge(event_id, None if status is None else difficulty or b"0")
+def _may_join(reply: list) -> None:
+    """The join script's advice (asked, nothing written): TOO_MANY_PLACES when this
+    client is at its cap now. Anything else is the join's own to say."""
+    if reply[0] == b"TOO_MANY_PLACES":
+        raise _too_many_places(reply[1])
+
+
+def queue_challenge(*, event_id: str, client: Client = _ANYONE) -> Challenge:
+    """A proof-of-work challenge at the event's difficulty (one cheap HMGET; an event
+    without proof of work gets the easiest, so that a client may always solve one).
+    On an event that caps places per address, a client at its cap is told so here,
+    before it spends a proof of work on a join that would refuse it: advice only,
+    the join decides (lua/join.lua, the same check, atomic with the place)."""
+    fields = r.client().hmget(r.event_keys(event_id).meta, *_CHALLENGE_FIELDS)
+    if _counts_places(fields, client):
+        _may_join(r.run(*_join_script_call(event_id, None, None, client, ask=True)))
+    return _challenge(event_id, fields)
+
+
+async def aqueue_challenge(*, event_id: str, client: Client = _ANYONE) -> Challenge:
+    fields = await r.batcher().execute("HMGET", r.event_keys(event_id).meta, *_CHALLENGE_FIELDS)
+    if _counts_places(fields, client):
+        _may_join(await r.arun(*_join_script_call(event_id, None, None, client, ask=True)))
+    return _challenge(event_id, fields)
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,7 +73,6 @@ def waiting_room(request: HttpRequest, event_id: str) -> HttpResponse:
             "rateLimited": _("Too many requests. Retrying in a moment…"),
             "checking": _("Checking that you are a person… (this takes a second or two)"),
             "checkFailed": _("The check did not pass. Trying again…"),
-            "tooManyPlaces": _("You already hold as many places as this address may."),
             "signIn": _("Sign in to join this line."),
             "signInLink": _("Sign in"),
             "confirmEmail": _("Confirm your email address to join this line."),

@@ -10,7 +10,7 @@ import pytest
 import requests
 from django.contrib.auth import get_user_model
 
-from conftest import end_windows, event_state
+from conftest import end_windows, event_state, unknown_token
 from queue_app import proof, services
 
 
@@ -197,6 +197,27 @@ def test_an_expired_challenge_is_refused(lanes_api, make_event, monkeypatch):
     assert (status, body["error"]["code"]) == (403, "PROOF_OF_WORK") and "expired" in body["error"]["message"]
 
 
+@pytest.mark.parametrize("path", ["/api/queue/join", "/api/queue/rejoin"])
+def test_a_wrong_solution_does_not_hide_an_unknown_event(lanes_api, event, path):
+    """An unknown event is EVENT_NOT_FOUND whatever altcha says (Swagger's body made
+    from the schema sends "string"); on a known event that payload is still refused,
+    and changes nothing."""
+    unknown = f"no-such-{uuid.uuid4().hex[:8]}"
+    body = {"eventId": unknown, "altcha": "string"}
+    if path.endswith("rejoin"):
+        body["token"] = unknown_token(unknown)
+    status, answer = lanes_api.call("post", path, body)
+    assert (status, answer["error"]["code"]) == (404, "EVENT_NOT_FOUND")
+    body["eventId"] = event.event_id
+    if path.endswith("rejoin"):
+        body["token"] = unknown_token(event.event_id)  # a stranger: to the back, so a new place
+    before = event_state(event.event_id)
+    status, answer = lanes_api.call("post", path, body)
+    assert (status, answer["error"]["code"]) == (403, "PROOF_OF_WORK")
+    assert "not an ALTCHA payload" in answer["error"]["message"]
+    assert event_state(event.event_id) == before
+
+
 @pytest.mark.parametrize("value", [42, ["x"], "x" * (proof.MAX_PAYLOAD + 1)])
 def test_an_altcha_that_is_not_a_payload_string_is_a_validation_error(lanes_api, event, value):
     status, body = join(lanes_api, event.event_id, altcha=value)
@@ -262,6 +283,48 @@ def test_concurrent_joins_from_one_address_never_pass_the_cap(make_event):
     outcomes = at_once(12, lambda: services.queue_join(event_id=event.event_id, client=client))
     assert outcomes.count("TOO_MANY_PLACES") == 9
     assert services.event_live_numbers(event.event_id)["waiting"] == 3
+
+
+def test_the_cap_refusal_says_in_plain_words_what_to_do(lanes_api, make_event):
+    """People behind one shared address (a household, a mobile carrier) are told
+    what happened and what they can do, never that they hold places."""
+    event = make_event(max_places_per_address=1)
+    ip = _ipv4()
+    assert join(lanes_api, event.event_id, REMOTE_ADDR=ip)[0] == 200
+    status, body = join(lanes_api, event.event_id, REMOTE_ADDR=ip)
+    assert (status, body["error"]["code"]) == (429, "TOO_MANY_PLACES")
+    message = body["error"]["message"]
+    assert message == services.TOO_MANY_PLACES_MESSAGE
+    for words in ("This connection", "shared", "another connection", "mobile data", "try again later"):
+        assert words in message, words
+    assert "you hold" not in message.lower() and "address" not in message
+
+
+def test_an_address_at_its_cap_is_refused_before_it_solves_a_challenge(lanes_api, make_event):
+    """The challenge answers the join's TOO_MANY_PLACES to a client already at its
+    cap, so that no proof of work is spent on a join that would be refused; it
+    changes nothing, and is counted as the join's refusal would be."""
+    event = make_event(max_places_per_address=2, proof_of_work=1_000)
+    ip = _ipv4()
+    path = f"/api/queue/challenge?eventId={event.event_id}"
+    tokens = []
+    for _ in range(2):
+        assert lanes_api.call("get", path, REMOTE_ADDR=ip)[0] == 200  # under the cap: a challenge
+        status, body = join(lanes_api, event.event_id, altcha=solve(event.event_id), REMOTE_ADDR=ip)
+        assert status == 200, body
+        tokens.append(body["data"]["token"])
+    before = event_state(event.event_id)
+    status, body = lanes_api.call("get", path, REMOTE_ADDR=ip)
+    assert (status, body["error"]["code"], body["error"]["most"]) == (429, "TOO_MANY_PLACES", 2)
+    assert body["error"]["message"] == services.TOO_MANY_PLACES_MESSAGE
+    assert event_state(event.event_id) == before
+    assert refused(event.event_id) == {"cap": 1}
+    assert lanes_api.call("get", path, REMOTE_ADDR=_ipv4())[0] == 200  # someone else
+    # Advice only: the join itself still refuses, whatever the challenge said.
+    status, body = join(lanes_api, event.event_id, altcha=solve(event.event_id), REMOTE_ADDR=ip)
+    assert (status, body["error"]["code"]) == (429, "TOO_MANY_PLACES")
+    lanes_api.leave(tokens[0], event.event_id)  # a place freed: a challenge again
+    assert lanes_api.call("get", path, REMOTE_ADDR=ip)[0] == 200
 
 
 def test_with_no_cap_one_address_may_hold_many_places(api, event):

@@ -109,7 +109,7 @@
     if (error.code === "RATE_LIMIT") { retry(S.rateLimited); return true; }
     if (error.code === "ACCOUNT_REQUIRED") { signIn(); return true; }
     if (error.code === "EMAIL_UNCONFIRMED") { signIn(S.confirmEmail, S.confirmEmailLink, cfg.confirmUrl); return true; }
-    if (error.code === "TOO_MANY_PLACES") { refused(S.tooManyPlaces); return true; }
+    if (error.code === "TOO_MANY_PLACES") { refused(); return true; }
     showError(error.message);
     return true;
   }
@@ -125,9 +125,10 @@
     show("signin");
   }
 
-  function refused(text) {
+  // This connection is at the event's cap of places (people sharing it took them):
+  // the panel says what to do; "Try again" asks again (a place may have been freed).
+  function refused() {
     showError("");
-    $("refused-message").textContent = text;
     show("refused");
   }
 
@@ -478,6 +479,7 @@
   }
 
   $("rejoin").addEventListener("click", () => { show("joining"); enter(true); });
+  $("try-again").addEventListener("click", () => { status(S.joining); enter(false); });
   // A returning browser (F5) asks where it stands first: still waiting keeps its
   // place, an expired window is explained, and only an unknown token rejoins.
   if (readToken()) poll(); else enter(false);

@@ -11,6 +11,7 @@ import re
 import time
 from pathlib import Path
 
+import altcha
 import pytest
 import requests
 from django.conf import settings
@@ -22,7 +23,7 @@ from booking_app.models import Reservation
 from booking_app.tests.conftest import admit_all
 from queue_app import services as queue
 from queue_app.models import SUGGESTED_PROOF_OF_WORK
-from ticketing.tests.browser import rank_shown
+from ticketing.tests.browser import rank_shown, shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -224,11 +225,87 @@ def test_solutions_refused_again_and_again_are_retried_slowly(phone, console, ma
     assert joins[3][0] - joins[2][0] >= 2.0, joins
 
 
+# The refusal of a connection at its cap of places, as the room shows it.
+CAP_REFUSAL = {
+    "en": (
+        "This connection already has as many places in line as this event allows.",
+        "mobile data instead of Wi-Fi",
+        "Try again",
+    ),
+    "ko": (
+        "이 인터넷 연결로 잡을 수 있는 대기 자리가 이미 모두 찼습니다.",
+        "Wi-Fi 대신 모바일 데이터",
+        "다시 시도",
+    ),
+}
+
+
+def solved(base: str, event_id: str) -> str:
+    """A challenge fetched from the server `base`, solved as an API client solves it."""
+    answer = requests.get(f"{base}{reverse('queue-challenge')}", params={"eventId": event_id}, timeout=30)
+    challenge = altcha.Challenge.from_dict(answer.json()["data"]["challenge"])
+    return altcha.Payload(challenge, altcha.solve_challenge(challenge)).to_base64()
+
+
 def test_an_address_at_its_cap_is_told_so(phone, console, make_event, production_server):  # noqa: F811
     event = make_event(max_places_per_address=1)
     assert api_join(production_server, event.event_id)["status"] == 200  # this address's one place
     console.expect(r"status of 429 .*/api/queue/join")  # the browser's join: TOO_MANY_PLACES
 
     phone.goto(f"/events/{event.event_id}/")
-    phone.get_by_role("heading", name="You already hold as many places as this address may.").wait_for()
+    heading, advice, again = CAP_REFUSAL["en"]
+    phone.get_by_role("heading", name=heading).wait_for()
+    assert advice in phone.locator('#room [data-show="refused"]').inner_text()
+    assert phone.get_by_role("button", name=again).is_visible()
     assert queue.event_live_numbers(event.event_id)["waiting"] == 1
+
+
+@pytest.mark.parametrize(
+    ("lang", "viewport"),
+    [("en", {"width": 1280, "height": 800}), ("ko", {"width": 390, "height": 844})],
+    ids=["desktop-en", "phone-ko"],
+)
+def test_the_third_person_on_an_address_is_refused_before_any_proof_of_work(
+    browser, console, make_event, production_server, lang, viewport
+):  # noqa: F811
+    """Two places taken from one address (cap 2, proof of work on): the third
+    person's page learns of the cap from the challenge, and says so in plain words
+    with no challenge solved and no join sent. Once a place on that connection is
+    freed, "Try again" solves a challenge and joins."""
+    event = make_event(max_places_per_address=2, proof_of_work=10_000)
+    base, event_id = production_server, event.event_id
+    taken = [api_join(base, event_id, solved(base, event_id)) for _ in range(2)]
+    assert [answer["status"] for answer in taken] == [200, 200]
+    context = browser.new_context(
+        locale={"en": "en-US", "ko": "ko-KR"}[lang], viewport=viewport, base_url=production_server
+    )
+    console.watch(context)
+    console.expect(r"status of 429 .*/api/queue/challenge")  # the cap, answered at the challenge
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    asked: list[tuple[str, str]] = []
+    page.on("request", lambda r: "/api/" in r.url and asked.append((r.method, r.url.partition("?")[0])))
+
+    page.goto(f"/events/{event.event_id}/")
+    heading, advice, again = CAP_REFUSAL[lang]
+    page.get_by_role("heading", name=heading).wait_for()
+    panel = page.locator('#room [data-show="refused"]')
+    assert advice in panel.inner_text()
+    assert page.locator("#error").is_hidden()
+    shot(page, f"cap-refused-{lang}")
+    assert asked == [("GET", f"{production_server}{reverse('queue-challenge')}")]  # nothing solved, no join
+    assert page.evaluate("document.documentElement.dataset.powMs") is None
+    assert queue.event_live_numbers(event.event_id)["waiting"] == 2
+
+    # Someone on this connection leaves: trying again solves a challenge, and joins.
+    token = taken[0]["data"]["token"]
+    left = requests.delete(
+        f"{production_server}{reverse('queue-leave')}?token={token}&eventId={event.event_id}", timeout=30
+    )
+    assert left.json()["data"]["removed"] is True
+    with page.expect_request(lambda r: r.url.endswith("/api/queue/join") and r.method == "POST") as joined:
+        page.get_by_role("button", name=again).click()
+    assert joined.value.post_data_json.get("altcha")
+    page.wait_for_function("document.querySelector('#position').textContent.includes('2')")
+    assert rank_shown(page) == 2
+    context.close()

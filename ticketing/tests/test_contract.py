@@ -36,6 +36,7 @@ from datetime import timedelta
 from functools import cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import jsonschema
 import pytest
@@ -847,6 +848,85 @@ def test_a_declared_charset_is_read_the_same_on_both_lanes(lanes, event, charset
     assert_same_answer(
         *answers, varying=frozenset({"token", "joinedAt"} if answers[0].status_code == 200 else ())
     )
+
+
+# --- The schema's examples, sent as they are ----------------------------------------------
+
+# A value only a person's own earlier call can give ("Try it out" cannot hold one):
+# the words its doc uses to say where it comes from, which the test follows.
+OWN_VALUES = {"token": "POST /api/queue/join"}
+
+
+def _body_examples() -> list[tuple[str, str, str, dict]]:
+    """(method, path, name, example) of every request body example the schema shows."""
+    found = []
+    for path, operations in yaml.safe_load(SCHEMA_FILE.read_text())["paths"].items():
+        for method, operation in operations.items():
+            media = operation.get("requestBody", {}).get("content", {}).get("application/json", {})
+            found += [(method, path, name, example) for name, example in media.get("examples", {}).items()]
+    return found
+
+
+BODY_EXAMPLES = _body_examples()
+
+
+def _own_value(lane: Lane, name: str, described: str, event_id: str) -> str:
+    """A person's own value, got as its doc says (a token: from a join, admitted so
+    that it may book)."""
+    assert OWN_VALUES[name] in described, f"{name}: the doc does not say how to get one: {described!r}"
+    method, path = OWN_VALUES[name].split()
+    joined = send(lane, json_call(method, path, {"eventId": event_id}))
+    assert joined.status_code == 200, joined.content
+    admit_all(event_id)
+    return json.loads(joined.content)["data"][name]
+
+
+def test_the_schema_shows_an_example_body_for_join_rejoin_and_booking() -> None:
+    shown = {(method, path) for method, path, _, _ in BODY_EXAMPLES}
+    assert {("post", "/api/queue/join"), ("post", "/api/queue/rejoin"), ("post", "/api/booking")} <= shown
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "name", "example"), BODY_EXAMPLES, ids=[f"{m}-{p}-{n}" for m, p, n, _ in BODY_EXAMPLES]
+)
+def test_each_example_body_works_as_sent(lanes, make_event, method, path, name, example) -> None:
+    """Swagger's "Try it out" sends an operation's example as it is: on the event it
+    names (the dev stack's), it succeeds; a value only a person's own call can give
+    is one its doc says how to get, and it is filled in so."""
+    body = dict(example["value"])
+    event = make_event(event_id=body.get("eventId", settings.EVENT_ID))
+    for lane in lanes:
+        sent = {
+            field: _own_value(lane, field, example.get("description", ""), event.event_id)
+            if field in OWN_VALUES
+            else value
+            for field, value in body.items()
+        }
+        call = json_call(method.upper(), path, sent)
+        response = send(lane, call)
+        assert response.status_code == 200, response.content
+        assert_documented(call, response)
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("get", "/api/status/poll"), ("get", "/api/queue/challenge"), ("delete", "/api/queue/leave")],
+)
+def test_each_query_works_with_the_examples_of_its_parameters(lanes, make_event, method, path) -> None:
+    """The query's parameters as "Try it out" fills them (each one's example); one
+    without an example is a person's own, got as its description says."""
+    parameters = yaml.safe_load(SCHEMA_FILE.read_text())["paths"][path][method]["parameters"]
+    examples = {p["name"]: p["schema"]["example"] for p in parameters if "example" in p["schema"]}
+    event = make_event(event_id=examples["eventId"])
+    for lane in lanes:
+        query = dict(examples)
+        for p in parameters:
+            if p["name"] not in query and p.get("required"):
+                query[p["name"]] = _own_value(lane, p["name"], p.get("description", ""), event.event_id)
+        call = Call(method.upper(), f"{path}?{urlencode(query)}")
+        response = send(lane, call)
+        assert response.status_code == 200, response.content
+        assert_documented(call, response)
 
 
 # --- The schema itself -------------------------------------------------------------------
