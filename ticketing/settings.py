@@ -283,6 +283,8 @@ ACTIVE_USER_TTL_SEC = _int("ACTIVE_USER_TTL_SEC", 180, minimum=1)
 MAX_ACTIVE_USERS = _int("MAX_ACTIVE_USERS", 0)
 MAX_SEATS_PER_BOOKING = _int("MAX_SEATS_PER_BOOKING", 4, minimum=1)
 EVENT_ID = env.str("EVENT_ID", default="ktx-2026-chuseok")
+# The name `init_event` (and so `make run`) gives the default event when it creates it.
+EVENT_NAME = env.str("EVENT_NAME", default="KTX Chuseok 2026")
 TOTAL_SEATS = _int("TOTAL_SEATS", 100)
 # A closed event's Redis data is removed this long after it closed (a day: late polls
 # still read EXPIRED meanwhile); Postgres keeps its record and reservations.
