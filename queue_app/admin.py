@@ -117,6 +117,14 @@ class EventAdmin(admin.ModelAdmin):
         ("Record", {"fields": ["created_at", "updated_at"]}),
     ]
 
+    class Media:
+        css = {"all": ["css/admin-events.css"]}  # the list at a laptop's width
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict | None = None) -> HttpResponse:
+        # The list's columns need the page's width: without the admin's side menu on
+        # this page (the breadcrumbs lead back), rate, window and cap fit at 1440 px.
+        return super().changelist_view(request, {"is_nav_sidebar_enabled": False, **(extra_context or {})})
+
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return (
             super()
@@ -159,7 +167,7 @@ class EventAdmin(admin.ModelAdmin):
     def seats_left(self, obj: Event) -> int | None:
         return self._live(obj)["seatsLeft"]
 
-    @admin.display(description="admitted, last minute")
+    @admin.display(description="admitted, last min")
     def admitted_last_minute(self, obj: Event) -> int:
         return self._live(obj)["admittedLastMinute"]
 

@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
+from django.utils.text import capfirst
 
 # No braces (they form the Redis Cluster hash tag) and no colons (the key separator).
 # The schema's pattern (ECMAScript, where `$` is the very end); Python matches ids in
@@ -101,7 +102,9 @@ class Event(models.Model):
         ]
 
     def __str__(self) -> str:
-        return self.name or self.event_id
+        # An event with no name reads as words ("spring-gala" as "Spring gala"): pages
+        # show it to people, who should not have to read an id.
+        return self.name or capfirst(re.sub(r"[-_]+", " ", self.event_id))
 
     def save(self, *args, **kwargs) -> None:
         if self.status == self.Status.CLOSED:

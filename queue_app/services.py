@@ -21,7 +21,7 @@ from queue_app import proof as queue_proof
 from queue_app.models import EVENT_ID_RE, Draw, Event
 from ticketing import metrics
 from ticketing import redis as r
-from ticketing.errors import DomainError, validation_error
+from ticketing.errors import REDIS_ERRORS, DomainError, validation_error
 
 log = logging.getLogger(__name__)
 
@@ -694,6 +694,28 @@ def event_live_numbers(event_id: str) -> dict:
         "status": status.decode() if status else None,
         "admittedLastMinute": sum(int(n) for second, n in recent if int(second) * 1000 > now - 60_000),
         "joinsRefused": {reason.decode(): int(n) for reason, n in sorted(refused.items())},
+    }
+
+
+def events_seats_left(events: list[Event]) -> dict[str, int]:
+    """Seats left of each event as its waiting room counts them: Redis' count, which
+    every hold, sale and release moves at once (one pipelined round trip for the
+    list). An event whose Redis state is gone (purged after it closed, or lost and
+    not yet recovered), or a Redis out of reach, reads from Postgres' seat ledger:
+    the list still shows something true rather than an error page."""
+    if not events:
+        return {}
+    pipe = r.client().pipeline(transaction=False)
+    for event in events:
+        pipe.get(r.EventKeys(event.event_id).seats)
+    try:
+        counts = pipe.execute()
+    except REDIS_ERRORS:
+        counts = [None] * len(events)
+    return {
+        # A recount may leave Redis below 0 until releases land (as the poll says).
+        event.event_id: max(int(count), 0) if count is not None else event.total_seats - event.seats_sold
+        for event, count in zip(events, counts, strict=True)
     }
 
 

@@ -2,14 +2,18 @@
 are the JSON API driven by static/js/waiting-room.js; these views render the frame."""
 
 import time
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import quote
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db.models import Q
 from django.http import FileResponse, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 from django.templatetags.static import static
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from queue_app import draw, services
@@ -23,8 +27,29 @@ def token_cookie(event_id: str) -> str:
 
 
 def event_list(request: HttpRequest) -> HttpResponse:
-    events = Event.objects.exclude(status=Event.Status.CLOSED).order_by("created_at")
-    return render(request, "queue_app/event_list.html", {"events": events})
+    """The sales on offer with their seats left and scheduled starts, then those that
+    closed lately (for as long as their line is kept: people who waited come back to
+    see how it ended)."""
+    now = timezone.now()
+    recently = now - timedelta(seconds=settings.EVENT_PURGE_AFTER_SECONDS)
+    events = sorted(
+        Event.objects.filter(~Q(status=Event.Status.CLOSED) | Q(closed_at__gte=recently)).order_by(
+            "created_at"
+        ),
+        key=lambda event: event.status == Event.Status.CLOSED,
+    )
+    seats_left = services.events_seats_left(events)
+    for event in events:
+        event.seats_left = seats_left[event.event_id]
+        event.starts_at = event.opens_at if event.opens_at and event.opens_at > now else None
+    context = {
+        "events": events,
+        # `make run`'s first page says where the operators' side is, until an
+        # operator's account exists (in production too: a fresh deployment is where
+        # the hint is wanted, and it goes once the operator has signed up).
+        "no_operator": not get_user_model().objects.filter(is_superuser=True, is_active=True).exists(),
+    }
+    return render(request, "queue_app/event_list.html", context)
 
 
 def waiting_room(request: HttpRequest, event_id: str) -> HttpResponse:

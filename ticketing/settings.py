@@ -286,6 +286,8 @@ MAX_SEATS_PER_BOOKING = _int("MAX_SEATS_PER_BOOKING", 4, minimum=1)
 # (docs/openapi.yaml), so that "Try it out" on /api/docs/ works on `make run` as sent.
 EXAMPLE_EVENT_ID = "ktx-2026-chuseok"
 EVENT_ID = env.str("EVENT_ID", default=EXAMPLE_EVENT_ID)
+# The name `init_event` (and so `make run`) gives the default event when it creates it.
+EVENT_NAME = env.str("EVENT_NAME", default="KTX Chuseok 2026")
 TOTAL_SEATS = _int("TOTAL_SEATS", 100)
 # A closed event's Redis data is removed this long after it closed (a day: late polls
 # still read EXPIRED meanwhile); Postgres keeps its record and reservations.

@@ -99,6 +99,22 @@ def test_init_event_uses_the_configured_defaults(event_id, settings):
     assert (event.total_seats, event.admit_per_second) == (77, 33)
 
 
+def test_init_event_names_the_default_event(event_id, settings):
+    """`make run` creates the default event with `init_event EVENT_ID --if-missing`:
+    the event list then shows its name, not its id. Other events are named by --name."""
+    settings.EVENT_ID, settings.EVENT_NAME = event_id, "KTX Chuseok 2026"
+    call_command("init_event", event_id, "--if-missing")
+    assert str(Event.objects.get(event_id=event_id)) == "KTX Chuseok 2026"
+    settings.EVENT_ID = "another-default"
+    call_command("init_event", event_id, "--name", "Spring concert")
+    assert str(Event.objects.get(event_id=event_id)) == "Spring concert"
+
+
+def test_an_event_without_a_name_reads_as_words(db):
+    assert str(Event(event_id="spring-gala_2026")) == "Spring gala 2026"
+    assert str(Event(event_id="v1.2-encore", name="Encore")) == "Encore"
+
+
 def test_init_event_if_missing_leaves_an_existing_event(event_id):
     call_command("init_event", event_id, "--seats", "10")
     call_command("init_event", event_id, "--seats", "20", "--if-missing")

@@ -1,6 +1,7 @@
 """Server-rendered pages and the operator's admin, through Django's test client."""
 
 import uuid
+from datetime import timedelta
 
 import pytest
 from django.conf import settings
@@ -16,12 +17,31 @@ from ticketing import redis as r
 HTML = {"HTTP_ACCEPT": "text/html"}
 
 
-def test_the_list_shows_open_and_paused_events_only(client, make_event):
+def test_the_list_shows_open_and_paused_events_then_those_closed_lately(client, make_event, settings):
     shown = [make_event(name="Open sale"), make_event(name="Paused sale", status="PAUSED")]
-    make_event(name="Closed sale", status="CLOSED")
+    closed = make_event(name="Closed sale", status="CLOSED")
+    long_closed = make_event(name="Closed long ago", status="CLOSED")
+    Event.objects.filter(pk=long_closed.pk).update(
+        closed_at=closed.closed_at - timedelta(seconds=settings.EVENT_PURGE_AFTER_SECONDS + 1)
+    )
     html = client.get("/").content.decode()
     assert all(e.name in html and f"/events/{e.event_id}/" in html for e in shown)
-    assert "Closed sale" not in html
+    # Closed lately: said so, after the sales on offer, with no way into its line.
+    assert html.index("Paused sale") < html.index("Closed sale")
+    assert f"/events/{closed.event_id}/" not in html
+    assert "Closed long ago" not in html
+
+
+def test_the_list_counts_seats_left_from_the_ledger_without_redis_state(client, make_event, api):
+    """An event whose Redis state is gone (purged, or lost before a recover) still
+    shows what Postgres knows: total seats less those sold."""
+    event = make_event(name="Ledger sale", total_seats=5)
+    token = api.token(event.event_id)
+    admit_all(event.event_id)
+    assert book(api, token, event.event_id, 2)[0] == 200
+    assert "3 seats left" in client.get("/").content.decode()
+    services.event_wipe(event.event_id)
+    assert "3 seats left" in client.get("/").content.decode()
 
 
 def test_pages_speak_korean_when_asked(client, make_event):

@@ -332,9 +332,8 @@
   // the draw, and the draw's commitment.
   function preQueue(data) {
     showError("");
-    const opens = new Date(data.opensAt);
-    const time = opens.toLocaleTimeString(document.documentElement.lang, { hour: "2-digit", minute: "2-digit" });
-    $("prequeue-message").textContent = fmt(S.preQueue, { time: time });
+    // The start as every page shows a time (static/js/clock.js): the draw page's reads the same.
+    $("prequeue-message").textContent = fmt(S.preQueue, { time: window.clock.format(data.opensAt) });
     $("receipt").textContent = data.receipt || "";
     drawLink(data.receipt);
     show("prequeue");

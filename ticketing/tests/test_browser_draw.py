@@ -115,11 +115,24 @@ def receipt_of(event_id: str, token: str) -> str:
 
 
 def clock(moment: datetime, lang: str, zone: str) -> str:
-    """The start as the page writes it (toLocaleTimeString, 2-digit hour and minute)."""
+    """The start as every page writes a time (static/js/clock.js): date, time and the
+    zone's short name ("EST" for America's zones in English, else "GMT+9" or "UTC")."""
     local = moment.astimezone(ZoneInfo(zone))
+    minutes = int(local.utcoffset().total_seconds()) // 60
+    if minutes == 0 and zone in ("UTC", "Etc/UTC"):
+        named = "UTC"
+    elif lang == "en" and zone.startswith("America/") and local.tzname().isalpha():
+        named = local.tzname()
+    else:
+        named = f"GMT{'+' if minutes >= 0 else '-'}{abs(minutes) // 60}" + (
+            f":{abs(minutes) % 60:02d}" if minutes % 60 else ""
+        )
+    hour = local.hour % 12 or 12
     if lang == "ko":
-        return ("오전 " if local.hour < 12 else "오후 ") + local.strftime("%I:%M")
-    return local.strftime("%I:%M %p")
+        noon = "오전" if local.hour < 12 else "오후"
+        return f"{local.year}년 {local.month}월 {local.day}일 {noon} {hour}:{local:%M} {named}"
+    noon = "AM" if local.hour < 12 else "PM"
+    return f"{local:%b} {local.day}, {local.year}, {hour}:{local:%M} {noon} {named}"
 
 
 def test_a_join_before_the_start_is_drawn_into_the_line(make_event, new_page, production_server, tmp_path):

@@ -96,6 +96,8 @@ class Command(BaseCommand):
         event = existing or Event(event_id=event_id, **Event.defaults_from_settings())
         if existing is None and opts["seats"] is None:
             event.total_seats = settings.TOTAL_SEATS
+        if existing is None and opts["name"] is None and event_id == settings.EVENT_ID:
+            event.name = settings.EVENT_NAME  # what the event list shows people
         for opt, field in (
             ("seats", "total_seats"),
             ("batch", "admit_per_second"),
