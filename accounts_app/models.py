@@ -2,6 +2,7 @@
 
 from django.conf import settings
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class ConfirmedEmail(models.Model):
@@ -12,11 +13,18 @@ class ConfirmedEmail(models.Model):
     accounts confirming one mailbox at once the index lets one in."""
 
     user = models.OneToOneField(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="confirmed_email"
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("user"),
+        on_delete=models.CASCADE,
+        related_name="confirmed_email",
     )
-    email = models.EmailField(help_text="The address as the person typed it.")
-    mailbox = models.CharField(max_length=254, unique=True)
-    confirmed_at = models.DateTimeField(auto_now=True)
+    email = models.EmailField(_("email"), help_text=_("The address as the person typed it."))
+    mailbox = models.CharField(_("mailbox"), max_length=254, unique=True)
+    confirmed_at = models.DateTimeField(_("confirmed at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("confirmed email")
+        verbose_name_plural = _("confirmed emails")
 
     def __str__(self) -> str:
         return self.email

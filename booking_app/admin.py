@@ -3,6 +3,8 @@ import uuid
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from booking_app import services
 from booking_app.models import Reservation
@@ -41,7 +43,7 @@ class ReservationAdmin(admin.ModelAdmin):
         return queryset.filter(reservation_id=value) | queryset.filter(token=value), False
 
     @admin.action(
-        permissions=["change"], description="Cancel the selected reservations (seats go back on sale)"
+        permissions=["change"], description=_("Cancel the selected reservations (seats go back on sale)")
     )
     def cancel(self, request: HttpRequest, queryset: QuerySet) -> None:
         done = 0
@@ -50,5 +52,9 @@ class ReservationAdmin(admin.ModelAdmin):
                 services.booking_cancel(reservation_id=reservation.reservation_id)
                 done += 1
             except DomainError as exc:
-                self.message_user(request, f"{reservation.reservation_id}: {exc.message}", messages.WARNING)
-        self.message_user(request, f"Cancelled {done} reservation(s).", messages.SUCCESS)
+                # The one refusal an operator meets here, in their words; anything
+                # else as the service said it.
+                said = gettext("This reservation was already cancelled.")
+                said = said if exc.code == "ALREADY_CANCELLED" else exc.message
+                self.message_user(request, f"{reservation.reservation_id}: {said}", messages.WARNING)
+        self.message_user(request, gettext("Cancelled %(n)s reservation(s).") % {"n": done}, messages.SUCCESS)

@@ -4,54 +4,65 @@ import uuid
 
 from django.conf import settings
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 from queue_app.models import Event
 
 
 class Reservation(models.Model):
     class Status(models.TextChoices):
-        CONFIRMED = "CONFIRMED"
-        CANCELLED = "CANCELLED"
+        CONFIRMED = "CONFIRMED", _("Confirmed")
+        CANCELLED = "CANCELLED", _("Cancelled")
         # Decided against: Postgres refused it or could not save it, and its client was
         # told so. The row stays so that nothing (a retry, reconcile, a Redis restored
         # from an older snapshot) can confirm the same reservation id later.
-        VOID = "VOID", "void (never confirmed)"
+        VOID = "VOID", _("void (never confirmed)")
 
-    reservation_id = models.UUIDField(unique=True, default=uuid.uuid4, editable=False)
+    reservation_id = models.UUIDField(_("reservation id"), unique=True, default=uuid.uuid4, editable=False)
     event = models.ForeignKey(
         Event,
+        verbose_name=_("event"),
         on_delete=models.PROTECT,
         to_field="event_id",
         db_column="event_id",
         related_name="reservations",
     )
-    token = models.UUIDField()
-    seat_count = models.PositiveSmallIntegerField()
-    status = models.CharField(max_length=9, choices=Status.choices, default=Status.CONFIRMED)
-    buyer_name = models.CharField(max_length=200, blank=True)
-    buyer_email = models.EmailField(blank=True)
+    token = models.UUIDField(_("token"))
+    seat_count = models.PositiveSmallIntegerField(_("seat count"))
+    status = models.CharField(_("status"), max_length=9, choices=Status.choices, default=Status.CONFIRMED)
+    buyer_name = models.CharField(_("buyer name"), max_length=200, blank=True)
+    buyer_email = models.EmailField(_("buyer email"), blank=True)
     # Who the seat caps count against (docs/fairness.md): the signed-in account that
     # booked, and the buyer's email normalised (booking_app.buyers.email_key).
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("user"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
     )
-    buyer_key = models.CharField(max_length=254, blank=True, editable=False)
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
-    cancelled_at = models.DateTimeField(null=True, blank=True)
+    buyer_key = models.CharField(_("buyer key"), max_length=254, blank=True, editable=False)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True, db_index=True)
+    cancelled_at = models.DateTimeField(_("cancelled at"), null=True, blank=True)
     # Set once booking.completed reached the broker; unset rows are retried.
-    published_at = models.DateTimeField(null=True, blank=True)
+    published_at = models.DateTimeField(_("published at"), null=True, blank=True)
     # Set once a cancellation's seats are back in Redis; unset rows are retried.
-    seats_returned_at = models.DateTimeField(null=True, blank=True)
+    seats_returned_at = models.DateTimeField(_("seats returned at"), null=True, blank=True)
 
     class MailStatus(models.TextChoices):
-        QUEUED = "", "queued (or no email given)"
-        SENT = "SENT"
-        FAILED = "FAILED", "failed (the mail server or the broker was away)"
+        QUEUED = "", _("queued (or no email given)")
+        SENT = "SENT", _("Sent")
+        FAILED = "FAILED", _("failed (the mail server or the broker was away)")
 
     # The confirmation email (booking_app/mail.py): the pages say what became of it.
-    mail_status = models.CharField(max_length=6, choices=MailStatus.choices, default="", blank=True)
+    mail_status = models.CharField(
+        _("mail status"), max_length=6, choices=MailStatus.choices, default="", blank=True
+    )
 
     class Meta:
+        verbose_name = _("reservation")
+        verbose_name_plural = _("reservations")
         ordering = ["-created_at"]
         constraints = [
             # One booking per token: a cancelled one no longer counts, so the person

@@ -7,6 +7,8 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.urls import path, reverse
 from django.utils.html import format_html
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from queue_app import live, services
 from queue_app.models import Event
@@ -38,8 +40,10 @@ class EventForm(forms.ModelForm):
             return opens_at  # a new event, no start, or one that moves (Event.clean says when)
         if services.line_started(self.instance.event_id):
             if opens_at is None:
-                raise forms.ValidationError("People have joined the pre-queue: its start can move, not go.")
-            raise forms.ValidationError("People have joined this line: it can no longer get a start time.")
+                raise forms.ValidationError(
+                    _("People have joined the pre-queue: its start can move, not go.")
+                )
+            raise forms.ValidationError(_("People have joined this line: it can no longer get a start time."))
         return opens_at
 
     def clean_total_seats(self) -> int:
@@ -47,8 +51,26 @@ class EventForm(forms.ModelForm):
         if self.instance.pk:
             sold = Event.objects.values_list("seats_sold", flat=True).get(pk=self.instance.pk)
             if total < sold:
-                raise forms.ValidationError(f"{sold} seats are already sold; the total cannot be lower.")
+                raise forms.ValidationError(
+                    _("%(sold)s seats are already sold; the total cannot be lower.") % {"sold": sold}
+                )
         return total
+
+
+# The reasons a join was refused (services.JOIN_REFUSALS), as the list and the live
+# page name them.
+REFUSALS = {
+    "rate": _("rate"),
+    "forged_token": _("forged token"),
+    "cap": _("cap"),
+    "proof_of_work": _("proof of work"),
+}
+
+
+def refusal_name(reason: str) -> str:
+    """A reason counted by Redis in the operator's words; one this table does not
+    know yet still reads as words."""
+    return str(REFUSALS.get(reason, reason.replace("_", " ")))
 
 
 @admin.register(Event)
@@ -80,7 +102,7 @@ class EventAdmin(admin.ModelAdmin):
     fieldsets = [
         (None, {"fields": ["event_id", "name", "status", "total_seats"]}),
         (
-            "Admission",
+            _("Admission"),
             {
                 "fields": [
                     "admit_per_second",
@@ -91,11 +113,13 @@ class EventAdmin(admin.ModelAdmin):
             },
         ),
         (
-            "Against scripts and bots",
+            _("Against scripts and bots"),
             {
-                "description": "Each asks something of plain clients, so each is off by default. "
-                "The action \u201cHot sale\u201d on the list turns on proof of work, the cap per address "
-                "and the cap per buyer together. Changes apply to the next join.",
+                "description": _(
+                    "Each asks something of plain clients, so each is off by default. "
+                    "The action “Hot sale” on the list turns on proof of work, the cap per address "
+                    "and the cap per buyer together. Changes apply to the next join."
+                ),
                 "fields": [
                     "proof_of_work",
                     "require_account",
@@ -105,16 +129,18 @@ class EventAdmin(admin.ModelAdmin):
             },
         ),
         (
-            "Scheduled start",
+            _("Scheduled start"),
             {
-                "description": "Before the start, joining puts people in a pre-queue and their page counts "
-                "down. At the start their order is drawn at random, in a way anyone can check "
-                "(the draw's page publishes a commitment now, the seed and the list after the start). "
-                "Admission begins right after the draw.",
+                "description": _(
+                    "Before the start, joining puts people in a pre-queue and their page counts "
+                    "down. At the start their order is drawn at random, in a way anyone can check "
+                    "(the draw's page publishes a commitment now, the seed and the list after the start). "
+                    "Admission begins right after the draw."
+                ),
                 "fields": ["opens_at", "draw_link"],
             },
         ),
-        ("Record", {"fields": ["created_at", "updated_at"]}),
+        (_("Record"), {"fields": ["created_at", "updated_at"]}),
     ]
 
     class Media:
@@ -140,12 +166,16 @@ class EventAdmin(admin.ModelAdmin):
             else ("draw_link", "created_at", "updated_at")
         )
 
-    @admin.display(description="draw")
+    @admin.display(description=_("draw"))
     def draw_link(self, obj: Event | None) -> str:
         found = getattr(obj, "draw", None) if obj and obj.pk and obj.opens_at else None
         if found is None:
             return "–"
-        state = "drawn" if found.drawn_at else "commitment " + found.commitment[:16] + "…"
+        state = (
+            gettext("drawn")
+            if found.drawn_at
+            else gettext("commitment %(c)s…") % {"c": found.commitment[:16]}
+        )
         return format_html('<a href="{}">{}</a>', reverse("draw-page", args=[obj.event_id]), state)
 
     def _live(self, obj: Event) -> dict:
@@ -155,30 +185,31 @@ class EventAdmin(admin.ModelAdmin):
             self._live_cache = (obj, services.event_live_numbers(obj.event_id))
         return self._live_cache[1]
 
-    @admin.display(description="waiting")
+    @admin.display(description=_("waiting"))
     def waiting(self, obj: Event) -> int:
         return self._live(obj)["waiting"]
 
-    @admin.display(description="active")
+    @admin.display(description=_("active"))
     def active(self, obj: Event) -> int:
         return self._live(obj)["active"]
 
-    @admin.display(description="seats left")
+    @admin.display(description=_("seats left"))
     def seats_left(self, obj: Event) -> int | None:
         return self._live(obj)["seatsLeft"]
 
-    @admin.display(description="admitted, last min")
+    @admin.display(description=_("admitted, last min"))
     def admitted_last_minute(self, obj: Event) -> int:
         return self._live(obj)["admittedLastMinute"]
 
-    @admin.display(description="joins refused")
+    @admin.display(description=_("joins refused"))
     def joins_refused(self, obj: Event) -> str:
         refused = self._live(obj)["joinsRefused"]
-        return ", ".join(f"{reason.replace('_', ' ')} {n:,}" for reason, n in refused.items()) or "–"
+        return ", ".join(f"{refusal_name(reason)} {n:,}" for reason, n in refused.items()) or "–"
 
-    @admin.display(description="live")
+    @admin.display(description=_("live"))
     def live_link(self, obj: Event) -> str:
-        return format_html('<a href="{}">live</a>', reverse("admin:queue_app_event_live", args=[obj.pk]))
+        url = reverse("admin:queue_app_event_live", args=[obj.pk])
+        return format_html('<a href="{}">{}</a>', url, gettext("live"))
 
     # --- The live page: the operator's view during a sale ---------------------------
 
@@ -201,14 +232,25 @@ class EventAdmin(admin.ModelAdmin):
 
     def live_page(self, request: HttpRequest, pk: int) -> HttpResponse:
         """Numbers refreshed every second and charts of the last 30 minutes, drawn
-        in the browser (static/js/admin-live.js) from `live_numbers`."""
+        in the browser (static/js/admin-live.js) from `live_numbers`; the script's
+        words come translated with the page."""
         event = self._viewable(request, pk)
         context = {
             **self.admin_site.each_context(request),
             "opts": self.model._meta,
             "event": event,
-            "title": f"{event} — live",
+            "title": gettext("%(event)s — live") % {"event": event},
             "data_url": reverse("admin:queue_app_event_live_json", args=[event.pk]),
+            "strings": {
+                "max": gettext("max %(n)s"),
+                "now": gettext("now %(n)s"),
+                "start": gettext("−30 min"),
+                "end": gettext("now"),
+                "updated": gettext("Updated %(time)s"),
+                "failed": gettext("Could not refresh (%(error)s); retrying."),
+                "statuses": {value: str(label) for value, label in Event.Status.choices},
+                "refusals": {reason: str(name) for reason, name in REFUSALS.items()},
+            },
         }
         return render(request, "admin/queue_app/event/live.html", context)
 
@@ -222,11 +264,11 @@ class EventAdmin(admin.ModelAdmin):
         }
         return JsonResponse({"numbers": numbers, "series": live.series(event.event_id, confirmed)})
 
-    @admin.display(description="protections")
+    @admin.display(description=_("protections"))
     def protection(self, obj: Event) -> str:
         return ", ".join(obj.protections()) or "–"
 
-    @admin.display(description="bookings", ordering="confirmed")
+    @admin.display(description=_("bookings"), ordering="confirmed")
     def bookings(self, obj: Event) -> int:
         return obj.confirmed
 
@@ -235,41 +277,47 @@ class EventAdmin(admin.ModelAdmin):
         services.event_publish(obj, sold=obj.seats_sold)
 
     def _set_fields(self, request: HttpRequest, queryset: QuerySet, change, done: str) -> None:
+        """`done`: the message, with the number of events as %(n)s."""
         for event in queryset:
             change(event)
             event.save()
             services.event_publish(event, sold=event.seats_sold)
-        self.message_user(request, f"{queryset.count()} event(s): {done}.", messages.SUCCESS)
+        self.message_user(request, done % {"n": queryset.count()}, messages.SUCCESS)
 
     @admin.action(
-        permissions=["change"], description="Hot sale: proof of work, a cap per address and per buyer"
+        permissions=["change"], description=_("Hot sale: proof of work, a cap per address and per buyer")
     )
     def hot_sale(self, request: HttpRequest, queryset: QuerySet) -> None:
-        self._set_fields(request, queryset, Event.apply_hot_sale, "hot-sale protections on")
+        self._set_fields(
+            request, queryset, Event.apply_hot_sale, gettext("%(n)s event(s): hot-sale protections on.")
+        )
 
-    @admin.action(permissions=["change"], description="Protections off: anyone may join, as a plain client")
+    @admin.action(
+        permissions=["change"], description=_("Protections off: anyone may join, as a plain client")
+    )
     def protections_off(self, request: HttpRequest, queryset: QuerySet) -> None:
         def off(event: Event) -> None:
             event.proof_of_work = event.max_places_per_address = event.max_seats_per_buyer = 0
             event.require_account = False
 
-        self._set_fields(request, queryset, off, "protections off")
+        self._set_fields(request, queryset, off, gettext("%(n)s event(s): protections off."))
 
-    def _set_status(self, request: HttpRequest, queryset: QuerySet, status: str) -> None:
+    def _set_status(self, request: HttpRequest, queryset: QuerySet, status: Event.Status) -> None:
         for event in queryset:
             event.status = status
             event.save(update_fields=["status", "updated_at"])
             services.event_publish(event, sold=event.seats_sold)
-        self.message_user(request, f"{queryset.count()} event(s) now {status}.", messages.SUCCESS)
+        done = gettext("%(n)s event(s) now %(status)s.") % {"n": queryset.count(), "status": status.label}
+        self.message_user(request, done, messages.SUCCESS)
 
-    @admin.action(permissions=["change"], description="Open: accept joins and admit")
+    @admin.action(permissions=["change"], description=_("Open: accept joins and admit"))
     def open_events(self, request: HttpRequest, queryset: QuerySet) -> None:
         self._set_status(request, queryset, Event.Status.OPEN)
 
-    @admin.action(permissions=["change"], description="Pause: accept joins, admit nobody")
+    @admin.action(permissions=["change"], description=_("Pause: accept joins, admit nobody"))
     def pause_events(self, request: HttpRequest, queryset: QuerySet) -> None:
         self._set_status(request, queryset, Event.Status.PAUSED)
 
-    @admin.action(permissions=["change"], description="Close: refuse joins, polls answer EXPIRED")
+    @admin.action(permissions=["change"], description=_("Close: refuse joins, polls answer EXPIRED"))
     def close_events(self, request: HttpRequest, queryset: QuerySet) -> None:
         self._set_status(request, queryset, Event.Status.CLOSED)

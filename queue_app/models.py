@@ -9,7 +9,9 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
-from django.utils.text import capfirst
+from django.utils.text import capfirst, format_lazy
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 # No braces (they form the Redis Cluster hash tag) and no colons (the key separator).
 # The schema's pattern (ECMAScript, where `$` is the very end); Python matches ids in
@@ -27,49 +29,69 @@ HOT_SALE_PLACES_PER_ADDRESS = 2
 
 class Event(models.Model):
     class Status(models.TextChoices):
-        OPEN = "OPEN"
-        PAUSED = "PAUSED"  # joins accepted, nobody admitted
-        CLOSED = "CLOSED"  # joins refused, polls answer EXPIRED
+        OPEN = "OPEN", _("Open")
+        PAUSED = "PAUSED", _("Paused")  # joins accepted, nobody admitted
+        CLOSED = "CLOSED", _("Closed")  # joins refused, polls answer EXPIRED
 
     event_id = models.CharField(
+        _("event id"),
         max_length=64,
         unique=True,
-        validators=[RegexValidator(EVENT_ID_RE, "Letters, digits, '.', '_' and '-' only.")],
+        validators=[RegexValidator(EVENT_ID_RE, _("Letters, digits, '.', '_' and '-' only."))],
     )
-    name = models.CharField(max_length=200, blank=True)
-    total_seats = models.PositiveIntegerField(default=100)
-    status = models.CharField(max_length=6, choices=Status.choices, default=Status.OPEN)
+    name = models.CharField(_("name"), max_length=200, blank=True)
+    total_seats = models.PositiveIntegerField(_("total seats"), default=100)
+    status = models.CharField(_("status"), max_length=6, choices=Status.choices, default=Status.OPEN)
     admit_per_second = models.PositiveIntegerField(
-        default=70, help_text="People moved from the line into the active window each second."
+        _("admit per second"),
+        default=70,
+        help_text=_("People moved from the line into the active window each second."),
     )
     active_window_seconds = models.PositiveIntegerField(
+        _("active window seconds"),
         default=180,
         validators=[MinValueValidator(1)],
-        help_text="How long an admitted person may book.",
+        help_text=_("How long an admitted person may book."),
     )
     max_active_users = models.PositiveIntegerField(
-        default=0, help_text="Most people in the active window at once; 0 = no cap."
+        _("max active users"), default=0, help_text=_("Most people in the active window at once; 0 = no cap.")
     )
-    max_seats_per_booking = models.PositiveIntegerField(default=4, validators=[MinValueValidator(1)])
+    max_seats_per_booking = models.PositiveIntegerField(
+        _("max seats per booking"), default=4, validators=[MinValueValidator(1)]
+    )
     # Protections against scripts (docs/fairness.md). Off by default: each one asks
     # something of a plain client. The admin's "hot sale" preset turns them on.
     proof_of_work = models.PositiveIntegerField(
+        _("proof of work"),
         default=0,
-        help_text="Proof of work at join: the hashes a client computes on average "
-        f"(suggested {SUGGESTED_PROOF_OF_WORK:,}, about 1-2 s on a phone); 0 = off.",
+        help_text=format_lazy(
+            _(
+                "Proof of work at join: the hashes a client computes on average "
+                "(suggested {suggested}, about 1-2 s on a phone); 0 = off."
+            ),
+            suggested=f"{SUGGESTED_PROOF_OF_WORK:,}",
+        ),
     )
     require_account = models.BooleanField(
-        default=False, help_text="Joining needs a signed-in account; one place per account."
+        _("require account"),
+        default=False,
+        help_text=_("Joining needs a signed-in account; one place per account."),
     )
     max_places_per_address = models.PositiveIntegerField(
+        _("max places per address"),
         default=0,
-        help_text="Events without accounts: most live places (waiting or active) per client "
-        "address (IPv4, or IPv6 /64); 0 = no cap. Carrier-grade NAT puts many people behind one address.",
+        help_text=_(
+            "Events without accounts: most live places (waiting or active) per client "
+            "address (IPv4, or IPv6 /64); 0 = no cap. Carrier-grade NAT puts many people behind one address."
+        ),
     )
     max_seats_per_buyer = models.PositiveIntegerField(
+        _("max seats per buyer"),
         default=0,
-        help_text="Most seats one buyer holds across bookings, by normalised email; 0 = no cap "
-        "by email. An account is always capped: at this, or else at the most seats per booking.",
+        help_text=_(
+            "Most seats one buyer holds across bookings, by normalised email; 0 = no cap "
+            "by email. An account is always capped: at this, or else at the most seats per booking."
+        ),
     )
     # The durable seat count: the sum of confirmed reservations, kept by a database
     # trigger in the same statement as every change of a reservation (see
@@ -77,23 +99,28 @@ class Event(models.Model):
     # seat; this column and the constraint below make Postgres refuse a sale that
     # Redis allowed from a count it had lost (a restart that lost its last second),
     # so a seat is never sold twice whatever Redis says.
-    seats_sold = models.PositiveIntegerField(default=0, editable=False)
+    seats_sold = models.PositiveIntegerField(_("seats sold"), default=0, editable=False)
     # A scheduled start (docs/draw.md): joins before it enter the pre-queue, drawn
     # into the line at this time in an order anyone can check.
     opens_at = models.DateTimeField(
+        _("opens at"),
         null=True,
         blank=True,
-        help_text="Scheduled start: people who join before it are placed in the line in a random "
-        "order drawn at this time, which anyone can check; later arrivals follow in order. "
-        "Empty: the line is first come, first served from the first join.",
+        help_text=_(
+            "Scheduled start: people who join before it are placed in the line in a random "
+            "order drawn at this time, which anyone can check; later arrivals follow in order. "
+            "Empty: the line is first come, first served from the first join."
+        ),
     )
     # When the event last became CLOSED: its Redis data goes EVENT_PURGE_AFTER_SECONDS
     # later (booking_app/retention.py); None while it is not closed.
-    closed_at = models.DateTimeField(null=True, blank=True, editable=False)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    closed_at = models.DateTimeField(_("closed at"), null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
     class Meta:
+        verbose_name = _("event")
+        verbose_name_plural = _("events")
         ordering = ["-created_at"]
         constraints = [
             models.CheckConstraint(
@@ -139,10 +166,10 @@ class Event(models.Model):
         now = timezone.now()
         if stored is not None and stored <= now:
             raise ValidationError(
-                {"opens_at": "The start has passed: its draw is under way or done, so it stays."}
+                {"opens_at": _("The start has passed: its draw is under way or done, so it stays.")}
             )
         if self.opens_at is not None and self.opens_at <= now:
-            raise ValidationError({"opens_at": "The start must be in the future."})
+            raise ValidationError({"opens_at": _("The start must be in the future.")})
 
     def apply_hot_sale(self) -> None:
         """The protections a contested sale wants together, each kept where the
@@ -155,16 +182,16 @@ class Event(models.Model):
         self.max_seats_per_buyer = self.max_seats_per_buyer or self.max_seats_per_booking
 
     def protections(self) -> list[str]:
-        """The protections on, in a few words each, for operators."""
+        """The protections on, in a few words each, for operators (in their language)."""
         on = []
         if self.proof_of_work:
-            on.append(f"proof of work {self.proof_of_work:,}")
+            on.append(gettext("proof of work %(n)s") % {"n": f"{self.proof_of_work:,}"})
         if self.require_account:
-            on.append("accounts")
+            on.append(gettext("accounts"))
         if self.max_places_per_address:
-            on.append(f"{self.max_places_per_address} places/address")
+            on.append(gettext("%(n)s places/address") % {"n": self.max_places_per_address})
         if self.max_seats_per_buyer:
-            on.append(f"{self.max_seats_per_buyer} seats/buyer")
+            on.append(gettext("%(n)s seats/buyer") % {"n": self.max_seats_per_buyer})
         return on
 
     @classmethod

@@ -1,12 +1,17 @@
 // The admin's live page of an event: its numbers every second, and SVG charts of the
 // last 30 minutes (waiting; admitted per second and bookings per 10 s, over 10 s
-// buckets), from the page's JSON.
+// buckets), from the page's JSON. Its words come translated with the page
+// (#live-strings), as the waiting room's do.
 (function () {
   "use strict";
   const root = document.getElementById("live");
+  const S = JSON.parse(document.getElementById("live-strings").textContent);
+  const lang = document.documentElement.lang;
   const SVG = "http://www.w3.org/2000/svg";
   const W = 600, H = 140, TOP = 14, BOTTOM = 16;
-  const fmt = (n) => (n === null || n === undefined ? "–" : Number(n).toLocaleString());
+  const fmt = (n) => (n === null || n === undefined ? "–" : Number(n).toLocaleString(lang));
+  const fill = (template, values) =>
+    template.replace(/%\((\w+)\)s/g, (_, k) => (k in values ? values[k] : ""));
 
   function el(name, attrs, text) {
     const node = document.createElementNS(SVG, name);
@@ -39,10 +44,10 @@
       shapes.push(el("path", { class: "line", d: d }));
     }
     const last = [...values].reverse().find((v) => v !== null);
-    shapes.push(el("text", { x: 4, y: 11 }, "max " + fmt(max)));
-    shapes.push(el("text", { x: W - 4, y: 11, "text-anchor": "end" }, "now " + fmt(last ?? 0)));
-    shapes.push(el("text", { x: 4, y: H - 4 }, "−30 min"));
-    shapes.push(el("text", { x: W - 4, y: H - 4, "text-anchor": "end" }, "now"));
+    shapes.push(el("text", { x: 4, y: 11 }, fill(S.max, { n: fmt(max) })));
+    shapes.push(el("text", { x: W - 4, y: 11, "text-anchor": "end" }, fill(S.now, { n: fmt(last ?? 0) })));
+    shapes.push(el("text", { x: 4, y: H - 4 }, S.start));
+    shapes.push(el("text", { x: W - 4, y: H - 4, "text-anchor": "end" }, S.end));
     svg.replaceChildren(...shapes);
   }
 
@@ -55,18 +60,19 @@
       for (const key of ["waiting", "active", "seatsLeft", "seatsSold", "bookings", "admittedLastMinute"]) {
         document.getElementById("n-" + key).textContent = fmt(n[key]);
       }
-      document.getElementById("n-status").textContent = n.status || "–";
-      const refused = Object.entries(n.joinsRefused).map(([k, v]) => k.replace("_", " ") + " " + fmt(v));
+      document.getElementById("n-status").textContent = S.statuses[n.status] || n.status || "–";
+      const refused = Object.entries(n.joinsRefused).map(
+        ([k, v]) => (S.refusals[k] || k.replaceAll("_", " ")) + " " + fmt(v));
       document.getElementById("n-joinsRefused").textContent = refused.join(", ") || "0";
       draw(document.getElementById("chart-waiting"), data.series.waiting, false);
       const step = data.series.step;
       const perSecond = data.series.admitted.map((n) => Math.round((n / step) * 10) / 10);
       draw(document.getElementById("chart-admitted"), perSecond, true);
       draw(document.getElementById("chart-bookings"), data.series.bookings, true);
-      document.getElementById("updated").textContent = "Updated " + new Date().toLocaleTimeString();
+      document.getElementById("updated").textContent = fill(S.updated, { time: new Date().toLocaleTimeString(lang) });
       root.dataset.ready = "1";
     } catch (e) {
-      document.getElementById("updated").textContent = "Could not refresh (" + e.message + "); retrying.";
+      document.getElementById("updated").textContent = fill(S.failed, { error: e.message });
     }
     setTimeout(refresh, 1000);
   }

@@ -14,6 +14,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone, translation
+from django.utils.text import capfirst
 from django.utils.translation import gettext
 
 from booking_app import mail
@@ -218,11 +219,33 @@ def operator(v: Visit):
     return event
 
 
+# The operator's English words: in Korean, none is left on the admin's pages.
+ADMIN_ENGLISH = re.compile(
+    r"\b(waiting|active|seats (left|sold)|admitted|joins refused|bookings|protections|status|live|"
+    r"open|paused|closed|updated|now|max|min|minutes|refreshed|hot sale|forged token|proof of work|"
+    r"events?|waiting room|admit per second|active window|total seats)\b",
+    re.IGNORECASE,
+)
+
+
+def no_english_left(v: Visit, *texts: str) -> None:
+    if v.lang != "en":
+        left = [ADMIN_ENGLISH.findall(text) for text in texts]
+        assert not any(left), left
+
+
 def admin_events(v: Visit):
     event = operator(v)
     v.page.goto("/admin/queue_app/event/")
-    v.page.locator("#result_list").get_by_text(event.name).wait_for()
-    return v.page.locator("#content h1"), v.tr("Select %s to change") % "event"
+    row = v.page.locator("#result_list tbody tr").filter(has_text=event.name)
+    row.wait_for()
+    headings = [th.strip() for th in v.page.locator("#result_list thead th").all_text_contents()]
+    assert capfirst(v.tr("seats left")) in headings and capfirst(v.tr("waiting")) in headings, headings
+    assert v.tr("Open") in [td.strip() for td in row.locator("td").all_text_contents()]
+    actions = [o.strip() for o in v.page.locator("select[name=action] option").all_text_contents()]
+    assert v.tr("Hot sale: proof of work, a cap per address and per buyer") in actions, actions
+    no_english_left(v, v.page.locator("body").inner_text(), *headings, *actions)
+    return v.page.locator("#content h1"), v.tr("Select %s to change") % v.tr("event")
 
 
 def admin_live(v: Visit):
@@ -230,7 +253,21 @@ def admin_live(v: Visit):
     v.page.goto(f"/admin/queue_app/event/{event.pk}/live/")
     v.page.locator("#live[data-ready='1']").wait_for()
     assert v.page.locator("#n-waiting").inner_text() == "3"
-    return v.page.locator(".breadcrumbs a").first, v.tr("Home")
+    labels = [dt.strip() for dt in v.page.locator("#live dt").all_text_contents()]
+    assert labels[:4] == [v.tr(word) for word in ("status", "waiting", "active", "seats left")], labels
+    updated = re.escape(v.tr("Updated %(time)s", time="TIME")).replace("TIME", ".+")
+    assert re.fullmatch(updated, v.page.locator("#updated").inner_text()), v.page.locator(
+        "#updated"
+    ).inner_text()
+    axes = v.page.locator("#chart-waiting text").all_text_contents()
+    assert v.tr("now") in axes, axes
+    charts = [
+        v.page.locator(f"#chart-{name}").get_attribute("aria-label") for name in ("waiting", "admitted")
+    ]
+    no_english_left(
+        v, v.page.locator("#live").inner_text(), v.page.locator(".breadcrumbs").inner_text(), *charts
+    )
+    return v.page.locator("#n-status"), v.tr("Open")
 
 
 PAGES = {
