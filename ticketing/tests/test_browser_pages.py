@@ -176,6 +176,10 @@ def test_the_list_shows_seats_left_badges_starts_and_names(view, make_event, rc)
     assert card[paused.event_id].locator(".tag").inner_text() == text["paused"]
     assert card[closed.event_id].locator(".tag").inner_text() == text["closed"]
     assert card[closed.event_id].get_by_role("link", name=text["enter"]).count() == 0
+    # A sold-out sale offers no line to join: nothing to wait for (seats given back
+    # by a cancellation bring the button back).
+    assert card[sold_out.event_id].get_by_role("link", name=text["enter"]).count() == 0
+    assert card[selling.event_id].get_by_role("link", name=text["enter"]).count() == 1
     assert card[selling.event_id].locator(".tag").count() == 0
     rewritten(page, ".events")
     assert text["starts"].format(time=shown(start, lang)) in text_of(card[scheduled.event_id])

@@ -81,7 +81,7 @@ def test_sold_out_under_an_admitted_person_ends_on_a_sold_out_page(view, make_ev
     page.locator("form.book button[type=submit]").click()
     page.wait_for_url(re.compile(rf"/events/{event.event_id}/$"))
     panel(page, "soldout").get_by_role("heading", name=text["sold_out"]).wait_for()
-    shot(page, f"10-sold-out-admitted-{lang}")
+    shot(page, f"25-sold-out-admitted-{lang}")
     # The window runs out while the page watches; its polls after that still say sold out.
     while queue.queue_poll(event_id=event.event_id, token=token).status != "EXPIRED":
         page.wait_for_timeout(250)
@@ -112,7 +112,7 @@ def test_a_sold_out_page_turns_closed_by_itself(view, make_event, rc):
     queue.event_publish(event, sold=1)
     page.get_by_role("heading", name=text["closed"]).wait_for()
     assert not page.get_by_role("heading", name=text["sold_out"]).is_visible()
-    shot(page, f"11-closed-after-sold-out-{lang}")
+    shot(page, f"26-closed-after-sold-out-{lang}")
 
 
 def test_leaving_the_line_frees_the_place_at_once(view, make_event):
@@ -128,7 +128,7 @@ def test_leaving_the_line_frees_the_place_at_once(view, make_event):
 
     page.get_by_role("button", name=text["leave"], exact=True).click()
     page.get_by_role("heading", name=text["leave_sure"]).wait_for()
-    shot(page, f"12-leave-the-line-{lang}")
+    shot(page, f"27-leave-the-line-{lang}")
     page.get_by_role("button", name=text["stay"]).click()
     panel(page, "waiting").wait_for()
     assert queue.queue_poll(event_id=event.event_id, token=token).status == "WAITING"
@@ -136,7 +136,7 @@ def test_leaving_the_line_frees_the_place_at_once(view, make_event):
     page.get_by_role("button", name=text["leave"], exact=True).click()
     page.get_by_role("button", name=text["yes"]).click()
     page.get_by_role("heading", name=text["left"]).wait_for()
-    shot(page, f"13-left-the-line-{lang}")
+    shot(page, f"28-left-the-line-{lang}")
     assert queue.queue_poll(event_id=event.event_id, token=token).status == "NOT_FOUND"
     assert queue.queue_poll(event_id=event.event_id, token=queue.parse_token(behind)).rank == 1
     assert page.evaluate(f"localStorage.getItem('queueToken:{event.event_id}')") is None
