@@ -145,13 +145,16 @@ class BookingView(Endpoint):
     )
     def post(self, request: Request) -> Response:
         user_id = self.account_id(request)
+        fields = self.validated(request)
+        email = fields.get("buyer_email", "")
         try:
-            booked = services.booking_reserve(**self.validated(request), user_id=user_id)
+            booked = services.booking_reserve(**fields, user_id=user_id)
         except DomainError as exc:
             if exc.code == "BOOKING_PENDING":  # decided later: its mail waits for it
-                tasks.confirmation_soon(request, exc.details["reservationId"])
+                rid = exc.details["reservationId"]
+                tasks.confirmation_soon(request, rid, buyer_email=email, pending=True)
             raise
-        tasks.confirmation_soon(request, booked.reservation_id)
+        tasks.confirmation_soon(request, booked.reservation_id, buyer_email=email)
         return self.answer(booked)
 
 

@@ -86,14 +86,16 @@ def book(request: HttpRequest, event_id: str) -> HttpResponse:
             )
         except DomainError as exc:
             if exc.code == "BOOKING_PENDING":  # decided later: its mail waits for it
-                tasks.confirmation_soon(request, exc.details["reservationId"])
+                rid, email = exc.details["reservationId"], form.cleaned_data["buyer_email"]
+                tasks.confirmation_soon(request, rid, buyer_email=email, pending=True)
             if exc.code in ("ALREADY_BOOKED", "BOOKING_PENDING"):
                 return redirect("confirmation", event_id, exc.details["reservationId"])
             if exc.code in ("NOT_ACTIVE", "SOLD_OUT"):
                 return redirect("waiting-room", event_id)
             error = exc.code
         else:
-            tasks.confirmation_soon(request, booked.reservation_id)
+            email = form.cleaned_data["buyer_email"]
+            tasks.confirmation_soon(request, booked.reservation_id, buyer_email=email)
             return redirect("confirmation", event_id, booked.reservation_id)
     return render(
         request,

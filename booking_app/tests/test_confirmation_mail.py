@@ -164,6 +164,10 @@ def test_the_mail_arrives_and_its_link_shows_and_cancels_the_booking(
     link = urlsplit(LINK.search(body).group(0))
     assert link.netloc == urlsplit(server).netloc  # the site as the buyer reached it
 
+    deadline = time.monotonic() + 10  # the worker records the mail once the server took it
+    while Reservation.objects.get(reservation_id=rid).mail_status != "SENT":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
     reader = Browser(server, "192.0.2.42")  # wherever the mail is read
     page = reader.get(link.path)
     assert (

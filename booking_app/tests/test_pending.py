@@ -19,9 +19,7 @@ NOWHERE = "postgres://postgres@127.0.0.1:1/nowhere"
 
 
 def _poll(base: str, token: str, event_id: str) -> dict:
-    answer = requests.get(
-        f"{base}/api/status/poll", params={"token": token, "eventId": event_id}, timeout=10
-    )
+    answer = requests.get(f"{base}/api/status/poll", params={"token": token, "eventId": event_id}, timeout=10)
     assert answer.status_code == 200, answer.text
     return answer.json()["data"]
 
