@@ -81,8 +81,9 @@ def console() -> Iterator[Console]:
 
 
 @pytest.fixture
-def page(browser, production_server, console):
-    """A phone-sized page in English, with its own cookies and storage."""
+def page(browser, production_server, console, make_event):
+    """A phone-sized page in English, with its own cookies and storage, closed before
+    the test's events are wiped (a page still polling would see them go)."""
     context = browser.new_context(
         locale="en-US", viewport={"width": 390, "height": 844}, base_url=production_server
     )

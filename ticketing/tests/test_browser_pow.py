@@ -50,8 +50,10 @@ document.addEventListener("DOMContentLoaded", () => {
 
 
 @pytest.fixture
-def phone(browser, production_server, console):  # noqa: F811 (the fixtures imported above)
-    """A phone: small touch screen, English, and a CPU 4x slower than this machine's."""
+def phone(browser, production_server, console, make_event):  # noqa: F811 (the fixtures imported above)
+    """A phone: small touch screen, English, and a CPU 4x slower than this machine's.
+    Closed before the test's events are wiped (it asks for `make_event` so that it is
+    set up after it, and torn down before): a page still retrying would see them go."""
     context = browser.new_context(
         locale="en-US",
         viewport={"width": 390, "height": 844},

@@ -21,5 +21,9 @@ class Command(BaseCommand):
         tick = services.event_admit(opts["event_id"])
         if tick.outcome == "EVENT_NOT_FOUND":
             raise CommandError(f"No event {opts['event_id']!r} in Redis; run init_event.")
+        waiting, active = tick.waiting, tick.active
+        if tick.outcome == "ALREADY_TICKED":  # the tick that ran counted the line; so do we
+            numbers = services.event_live_numbers(opts["event_id"])
+            waiting, active = numbers["waiting"], numbers["active"]
         reason = f" ({REASONS[tick.outcome]})" if tick.outcome in REASONS else ""
-        self.stdout.write(f"Admitted {tick.admitted}{reason}; {tick.waiting} waiting, {tick.active} active.")
+        self.stdout.write(f"Admitted {tick.admitted}{reason}; {waiting} waiting, {active} active.")
