@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test test-cluster lint schema messages bench sale chaos mutants clean
+.PHONY: run test test-cluster test-slow lint schema messages bench sale chaos mutants clean
 
 $(BIN)/.installed: requirements.txt requirements-dev.txt
 	@$(PYTHON) -c 'import sys; sys.exit("Python 3.11+ is needed, found " + sys.version.split()[0]) if sys.version_info < (3, 11) else None'
@@ -16,19 +16,25 @@ $(BIN)/.installed: requirements.txt requirements-dev.txt
 run: $(BIN)/.installed
 	$(BIN)/python -m ticketing.devstack serve $(if $(V),--verbose)
 
-# Every test on one Redis, then the Redis tests again on a Redis Cluster.
+# Every test on one Redis, then the Redis tests again on a Redis Cluster; but the
+# slow ones (marked slow, minutes each), which `make test-slow` runs.
 test: lint
 	$(BIN)/python -m ticketing.devstack exec -- $(BIN)/python -m pytest $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-cluster
 
 # The queue's and booking's tests, and the scripts', against a local Redis Cluster
 # of three primaries that the run starts and removes (REDIS_CLUSTER=true); tests
-# that need a single redis-server (marked single_redis) are left out.
+# that need a single redis-server (marked single_redis) are left out, as are the slow ones.
 CLUSTER_TESTS := queue_app booking_app ticketing/tests/test_lua.py ticketing/tests/test_lua_writes.py \
 	ticketing/tests/test_batcher.py ticketing/tests/test_server.py ticketing/tests/test_metrics.py
 test-cluster: $(BIN)/.installed
 	$(BIN)/python -m ticketing.devstack exec --cluster -- \
-		$(BIN)/python -m pytest -m "not single_redis" $(CLUSTER_TESTS) $(PYTEST_ARGS)
+		$(BIN)/python -m pytest -m "not single_redis and not slow" $(CLUSTER_TESTS) $(PYTEST_ARGS)
+
+# The tests marked slow (two million joins and the ticks after them: minutes), on a
+# Redis and a Postgres of their own, as make test.
+test-slow: $(BIN)/.installed
+	$(BIN)/python -m ticketing.devstack exec -- $(BIN)/python -m pytest -m slow $(PYTEST_ARGS)
 
 lint: $(BIN)/.installed
 	$(BIN)/ruff check .

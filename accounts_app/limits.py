@@ -31,8 +31,8 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.utils.translation import ngettext
 
-from ticketing import redis as r
-from ticketing.ratelimit import client_limit_call
+from ticketing import store
+from ticketing.ratelimit import client_limit_call, limit_call
 
 SIGN_IN_WINDOW_MS = 60_000  # RATE_LIMIT_SIGN_IN and RATE_LIMIT_SIGN_IN_ACCOUNT are per minute
 SIGN_UP_WINDOW_MS = 3_600_000  # RATE_LIMIT_SIGN_UP is per hour
@@ -59,8 +59,8 @@ def _wait(scope: str, who: str | HttpRequest, limit: int, window_ms: int) -> int
     if isinstance(who, HttpRequest):
         call = client_limit_call(scope, who.META, limit, window_ms)
     else:
-        call = ("ratelimit", [r.ratelimit_key(scope, who)], [limit, window_ms])
-    allowed, reset_ms = r.run(*call)
+        call = limit_call(store.ratelimit_key(scope, who), limit, window_ms)
+    allowed, reset_ms = store.run(call)
     return None if allowed else max(1, math.ceil(reset_ms / 1000))
 
 

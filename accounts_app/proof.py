@@ -17,7 +17,7 @@ from django.db.models import Max
 
 from queue_app import proof as queue_proof
 from queue_app.models import Event
-from ticketing import redis as r
+from ticketing import store
 from ticketing.errors import DomainError
 
 SIGN_UP = "accounts:sign-up"
@@ -46,5 +46,5 @@ def verify(payload: str) -> queue_proof.Proof:
 def spend(solved: queue_proof.Proof) -> bool:
     """Mark the solution used: False when it was used before. One SET NX, so of
     two sign-ups sending one solution at once, one gets it."""
-    key = r.proof_spent_key(SIGN_UP, solved.mark)
-    return bool(r.client().set(key, b"1", nx=True, exat=solved.expires_at + 1))
+    key = store.proof_spent_key(SIGN_UP, solved.mark)
+    return bool(store.client().set(key, b"1", nx=True, exat=solved.expires_at + 1))

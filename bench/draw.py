@@ -38,9 +38,9 @@ django.setup()
 
 from django.utils import timezone  # noqa: E402
 
-from queue_app import draw, services  # noqa: E402
+from queue_app import admission, draw, events, services, tokens  # noqa: E402
 from queue_app.models import Event  # noqa: E402
-from ticketing import redis as r  # noqa: E402
+from ticketing import store  # noqa: E402
 
 
 def main() -> None:
@@ -56,8 +56,8 @@ def main() -> None:
     event = Event.objects.create(
         event_id=event_id, total_seats=100, admit_per_second=70, opens_at=timezone.now() + timedelta(hours=1)
     )
-    client = r.client()
-    services.event_publish(event)
+    client = store.client()
+    events.event_publish(event)
     try:
         base = client.info("memory")["used_memory"]
         started = time.perf_counter()
@@ -65,14 +65,14 @@ def main() -> None:
         fill = time.perf_counter() - started
         filled = client.info("memory")["used_memory"] - base
         middle = 16 * (args.pre_queue // 2)
-        watched = services.Token.of(client.getrange(r.event_keys(event_id).pre, middle, middle + 15))
+        watched = tokens.Token.of(client.getrange(store.event_keys(event_id).pre, middle, middle + 15))
 
         fork = multiprocessing.get_context("fork")  # children use Redis only
         done, results = fork.Event(), fork.Queue()
         opens = timezone.now() + timedelta(seconds=args.lead)
         Event.objects.filter(pk=event.pk).update(opens_at=opens)
         event.refresh_from_db()
-        services.event_publish(event)
+        events.event_publish(event)
         children = [
             fork.Process(target=_poller, args=(event_id, watched, base, done, results)),
             fork.Process(target=_arrivals, args=(event_id, args.arrivals, opens.timestamp())),
@@ -89,7 +89,7 @@ def main() -> None:
             child.join()
         after = client.info("memory")["used_memory"] - base
         position = services.queue_poll(event_id=event_id, token=watched)
-        tick = services.event_admit(event_id)
+        tick = admission.event_admit(event_id)
 
         during = [p for p in polls if start <= p[0] < start + usable]
         trips = [ms for _, ms, _ in during]
@@ -116,8 +116,8 @@ def main() -> None:
             f"after the draw {after / (n + args.arrivals):.1f} B"
         )
     finally:
-        services.event_wipe(event_id)
-        client.srem(r.EVENTS_KEY, event_id)
+        events.event_wipe(event_id)
+        client.srem(store.EVENTS_KEY, event_id)
         Event.objects.filter(pk=event.pk).delete()
 
 
@@ -126,10 +126,10 @@ def _arrivals(event_id: str, count: int, opens: float) -> None:
     services.queue_join_many(event_id=event_id, count=count, chunk=500)
 
 
-def _poller(event_id: str, token: services.Token, base: int, done, results) -> None:
+def _poller(event_id: str, token: tokens.Token, base: int, done, results) -> None:
     """Poll one place until told to stop; hand back (at, round trip ms, status) of
     each poll, and the most memory seen above `base`."""
-    client, polls, peak = r.client(), [], 0
+    client, polls, peak = store.client(), [], 0
     while not done.is_set():
         t0 = time.perf_counter()
         status = services.queue_poll(event_id=event_id, token=token).status

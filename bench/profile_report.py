@@ -69,7 +69,7 @@ OWNERS: list[tuple[str, str, str]] = [
     ("kombu/", "broker", "publish (kombu / amqp)"),
     ("amqp/", "broker", "publish (kombu / amqp)"),
     ("celery/", "broker", "publish (kombu / amqp)"),
-    ("ticketing/redis.py", "app", "ticketing.redis (client, script lookup)"),
+    ("ticketing/store/", "app", "ticketing.store (client, script lookup)"),
     ("ticketing/fastlane.py", "app", "the ASGI fast lane"),
     ("uuid.py", "app", "uuid"),
     ("queue_app/", "app", "views and services"),

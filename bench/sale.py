@@ -84,10 +84,10 @@ class Meter:
     """Reads the components: web workers, Celery, Redis, Postgres, RabbitMQ, the client."""
 
     def __init__(self, stack: Stack, web: subprocess.Popen, client: Client) -> None:
-        from ticketing import redis as r
+        from ticketing import store
 
         self.stack, self.web, self.client = stack, web, client
-        self.redis = r.client()
+        self.redis = store.client()
         self.redis_pid = next(p.pid for n, p in stack.procs if n == "redis")
         self.queue = stack.env["BOOKING_QUEUE"]
 
@@ -245,7 +245,7 @@ def free_web_port() -> int:
 
 def prepare(stack: Stack, run_id: str) -> None:
     """Private Redis, this run's database (migrated), the vhost's booking queue."""
-    from bench.run import setup_django
+    from bench.serving import setup_django
 
     redis_url = stack.start_redis()
     database_url = ensure_database(DB)
@@ -285,7 +285,7 @@ async def measure_units(
     args: argparse.Namespace, stack: Stack, meter: Meter, client: Client, event: str
 ) -> dict:
     """Each kind of request alone, as fast as it is answered; the costs per request."""
-    from bench.run import admit_once
+    from bench.measure import admit_once
 
     units: dict = {}
 
@@ -512,10 +512,10 @@ async def run_sale(args: argparse.Namespace, stack: Stack, meter: Meter, client:
     waiting_counts: list[tuple[float, int]] = []
 
     async def watch() -> None:
-        from ticketing import redis as r
+        from ticketing import store
 
         while True:
-            live = await asyncio.to_thread(r.client().mget, *_line_keys(event))
+            live = await asyncio.to_thread(store.client().mget, *_line_keys(event))
             seq, popped, holes = (int(v or 0) for v in live)
             waiting_counts.append((sale.now(), seq - popped - holes))
             await asyncio.sleep(1)
@@ -550,9 +550,9 @@ async def run_sale(args: argparse.Namespace, stack: Stack, meter: Meter, client:
 
 
 def _line_keys(event: str) -> list[str]:
-    from ticketing import redis as r
+    from ticketing import store
 
-    k = r.EventKeys(event)
+    k = store.EventKeys(event)
     return [k.seq, k.popped, k.holes]
 
 

@@ -2,8 +2,9 @@
 
 A private redis-server on a free port (never the machine's 6379), the Postgres
 database `ticketing_bench` (never `ticketing` or `test_ticketing`), and gunicorn as
-production starts it (the Procfile's `web:` command). Every process started here is
-stopped by `Stack.close()`, by its own id.
+production starts it (the Procfile's `web:` command), each with the command line
+and the checks of ticketing/servers.py, as the dev stack and the tests. Every process
+started here is stopped by `Stack.close()`, by its own id.
 """
 
 import base64
@@ -12,26 +13,18 @@ import os
 import secrets
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
+
+from ticketing import servers
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
 BENCH_DB = "ticketing_bench"
 PG = {"host": "127.0.0.1", "port": "5432", "user": "postgres"}
 RABBITMQ_URL = "amqp://guest:guest@127.0.0.1:5672//"
-
-
-def free_port() -> int:
-    """A port nobody listens on now (the machine runs other tests' servers)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def port_open(host: str, port: int) -> bool:
@@ -122,33 +115,16 @@ class Stack:
 
     def start_redis(self) -> str:
         """redis-server 7 on a free port, no persistence, data in a temp dir."""
-        port = free_port()
+        port = servers.free_port()
         data = self.workdir / "redis"
         data.mkdir(parents=True, exist_ok=True)
-        proc = self._spawn(
-            "redis",
-            [
-                shutil.which("redis-server") or "redis-server",
-                "--port",
-                str(port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                str(data),
-                "--maxmemory",
-                "0",
-            ],
-            env=os.environ.copy(),
-        )
-        deadline = time.monotonic() + 10
-        while not port_open("127.0.0.1", port):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"private redis-server did not start; see {self.log('redis')}")
-            time.sleep(0.05)
+        binary = shutil.which("redis-server") or "redis-server"
+        command = servers.redis_command(port, data, binary=binary, extra=("--maxmemory", "0"))
+        proc = self._spawn("redis", command, env=os.environ.copy())
+        try:
+            servers.wait_for_redis(port, proc)
+        except servers.ServerError:
+            raise SystemExit(f"private redis-server did not start; see {self.log('redis')}") from None
         self.redis_url = f"redis://127.0.0.1:{port}/0"
         return self.redis_url
 
@@ -196,18 +172,14 @@ class Stack:
     ) -> subprocess.Popen:
         """gunicorn with `args`; returns once `health` answers 200. The venv's gunicorn
         (`python -m`), which is the `gunicorn` on a deployment's PATH."""
-        proc = self._spawn(name, [PYTHON, "-m", "gunicorn", *args], env=env)
-        deadline = time.monotonic() + 30
-        while True:
+        proc = self._spawn(name, servers.gunicorn_command(*args), env=env)
+        try:
+            servers.wait_for_http(health, proc, seconds=30)
+        except servers.ServerError:
             if proc.poll() is not None:
-                raise SystemExit(f"{name} exited at start; see {self.log(name)}")
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(health, timeout=1) as answer:
-                    if answer.status == 200:
-                        return proc
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{name} did not answer {health}; see {self.log(name)}")
-            time.sleep(0.1)
+                raise SystemExit(f"{name} exited at start; see {self.log(name)}") from None
+            raise SystemExit(f"{name} did not answer {health}; see {self.log(name)}") from None
+        return proc
 
     @staticmethod
     def children(pid: int) -> list[int]:
@@ -244,17 +216,7 @@ class Stack:
 
     def stop(self, proc: subprocess.Popen, grace: float = 10) -> None:
         """SIGTERM (gunicorn stops its workers), then SIGKILL of its own group."""
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
-        # Anything the process left in its own session (it was started as a group leader).
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
+        servers.stop_group(proc, grace)
         self.procs = [(n, p) for n, p in self.procs if p is not proc]
 
     def forget(self, events: list[str], broker_url: str | None) -> None:

@@ -35,9 +35,9 @@ import redis  # noqa: E402
 
 django.setup()
 
-from queue_app import services  # noqa: E402
+from queue_app import admission, events, services, tokens  # noqa: E402
 from queue_app.models import Event  # noqa: E402
-from ticketing import redis as r  # noqa: E402
+from ticketing import store  # noqa: E402
 
 
 def evalsha_usec(client: redis.Redis) -> tuple[int, int]:
@@ -53,14 +53,14 @@ def measure(event_id: str, *, samples: int, batch: int) -> dict:
     many, or it did not do the work being timed). Every tick admits `batch` people
     off the head of the line.
     """
-    client = r.client()
-    k = r.EventKeys(event_id)
+    client = store.client()
+    k = store.EventKeys(event_id)
     tick_ms, ping_ms = [], []
     calls0, usec0 = evalsha_usec(client)
     for _ in range(samples):
         client.delete(k.tick)
         t0 = time.perf_counter()
-        tick = services.event_admit(event_id)
+        tick = admission.event_admit(event_id)
         tick_ms.append((time.perf_counter() - t0) * 1000)
         if tick.admitted != batch:
             raise RuntimeError(f"a tick admitted {tick.admitted}, not {batch}: {tick}")
@@ -83,34 +83,33 @@ def measure(event_id: str, *, samples: int, batch: int) -> dict:
 def make_holes(event_id: str, holes: int, spread: str, waiting: int) -> None:
     """`holes` people leave, through the leave script, pipelined: each with the token
     the join script issued them (the line's generation and the number's nonce)."""
-    from queue_app import tokens
 
-    client = r.client()
-    k = r.event_keys(event_id)
+    client = store.client()
+    k = store.event_keys(event_id)
     gen = bytes.fromhex(client.hget(k.meta, "gen").decode())
     step = 1 if spread == "head" else max(1, waiting // holes)
     numbers = range(1, step * holes + 1, step)
-    r.load("leave")
+    store.load("leave")
     chunk = 50_000
     for i in range(0, len(numbers), chunk):
         part = numbers[i : i + chunk]
         nonces = client.getrange(k.nonces, part[0] * 2 - 2, part[-1] * 2 - 1)
-        pipe = r.event_pipeline(event_id)
+        pipe = store.event_pipeline(event_id)
         for n in part:
             at = (n - part[0]) * 2
-            token = services.Token.of(tokens.mint(event_id, n, gen, nonces[at : at + 2]))
-            r.run(*services._leave_call(event_id, token), on=pipe)
+            token = tokens.Token.of(tokens.mint(event_id, n, gen, nonces[at : at + 2]))
+            store.run(services._leave_call(event_id, token), on=pipe)
         if sum(pipe.execute()) != len(part):
             raise RuntimeError("a leave was refused")
 
 
 def memory_by_key(event_id: str) -> dict[str, int]:
     """Bytes of each of the event's keys (MEMORY USAGE), by the key's last parts."""
-    client = r.client()
-    prefix = len(r.key(event_id, ""))
+    client = store.client()
+    prefix = len(store.key(event_id, ""))
     return {
         name.decode()[prefix:]: client.memory_usage(name, samples=0) or 0
-        for name in r.scan(r.EventKeys(event_id).pattern())
+        for name in store.scan(store.EventKeys(event_id).pattern())
     }
 
 
@@ -133,8 +132,8 @@ def main() -> None:
     event = Event(event_id=event_id, total_seats=100, admit_per_second=args.batch)
     if args.hot_sale:
         event.apply_hot_sale()
-    client = r.client()
-    services.event_publish(event)
+    client = store.client()
+    events.event_publish(event)
     try:
         memory = client.info("memory")["used_memory"]
         started = time.perf_counter()
@@ -170,8 +169,8 @@ def main() -> None:
         print(f"PING round trip:    median {m['ping_median_ms']:.3f} ms (baseline)")
         print(f"ratio tick/PING:    {m['ratio_to_ping']:.1f}x")
     finally:
-        services.event_wipe(event_id)
-        client.srem(r.EVENTS_KEY, event_id)
+        events.event_wipe(event_id)
+        client.srem(store.EVENTS_KEY, event_id)
 
 
 if __name__ == "__main__":

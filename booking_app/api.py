@@ -13,6 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from booking_app import services, tasks
+from booking_app.models import BUYER_EMAIL_MAX, BUYER_NAME_MAX
 from queue_app.api import EXAMPLE_TOKEN, TOKEN_TO_FILL, EventIdField, TokenField
 from ticketing.api import Endpoint, StrictField, responses
 from ticketing.errors import DomainError, validation_error
@@ -37,11 +38,11 @@ def _text(name: str, limit: int, value: object) -> str:
 
 
 def parse_buyer_name(value: object) -> str:
-    return _text("buyerName", 200, value)
+    return _text("buyerName", BUYER_NAME_MAX, value)
 
 
 def parse_buyer_email(value: object) -> str:
-    email = _text("buyerEmail", 254, value)
+    email = _text("buyerEmail", BUYER_EMAIL_MAX, value)
     if email:
         try:
             validate_email(email)
@@ -57,12 +58,12 @@ class SeatCountField(StrictField):
     parse = staticmethod(parse_seat_count)
 
 
-@extend_schema_field({"type": "string", "maxLength": 200})
+@extend_schema_field({"type": "string", "maxLength": BUYER_NAME_MAX})
 class BuyerNameField(StrictField):
     parse = staticmethod(parse_buyer_name)
 
 
-@extend_schema_field({"type": "string", "format": "email", "maxLength": 254})
+@extend_schema_field({"type": "string", "format": "email", "maxLength": BUYER_EMAIL_MAX})
 class BuyerEmailField(StrictField):
     parse = staticmethod(parse_buyer_email)
 

@@ -8,6 +8,11 @@ from django.utils.translation import gettext_lazy as _
 
 from queue_app.models import Event
 
+# The longest buyer's name and email address: the model, the API's fields, their
+# schema and the booking form all read these (254: an address's most, RFC 5321).
+BUYER_NAME_MAX = 200
+BUYER_EMAIL_MAX = 254
+
 
 class Reservation(models.Model):
     class Status(models.TextChoices):
@@ -30,8 +35,8 @@ class Reservation(models.Model):
     token = models.UUIDField(_("token"))
     seat_count = models.PositiveSmallIntegerField(_("seat count"))
     status = models.CharField(_("status"), max_length=9, choices=Status.choices, default=Status.CONFIRMED)
-    buyer_name = models.CharField(_("buyer name"), max_length=200, blank=True)
-    buyer_email = models.EmailField(_("buyer email"), blank=True)
+    buyer_name = models.CharField(_("buyer name"), max_length=BUYER_NAME_MAX, blank=True)
+    buyer_email = models.EmailField(_("buyer email"), max_length=BUYER_EMAIL_MAX, blank=True)
     # Who the seat caps count against (docs/fairness.md): the signed-in account that
     # booked, and the buyer's email normalised (booking_app.buyers.email_key).
     user = models.ForeignKey(
@@ -42,7 +47,7 @@ class Reservation(models.Model):
         on_delete=models.SET_NULL,
         related_name="+",
     )
-    buyer_key = models.CharField(_("buyer key"), max_length=254, blank=True, editable=False)
+    buyer_key = models.CharField(_("buyer key"), max_length=BUYER_EMAIL_MAX, blank=True, editable=False)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True, db_index=True)
     cancelled_at = models.DateTimeField(_("cancelled at"), null=True, blank=True)
     # Set once booking.completed reached the broker; unset rows are retried.

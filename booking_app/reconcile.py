@@ -34,13 +34,15 @@ from booking_app.services import (
     release,
     return_seats,
 )
-from queue_app import services as queue
+from queue_app import events
 from queue_app.models import Event
-from ticketing import metrics
-from ticketing import redis as r
+from ticketing import metrics, store
 from ticketing.errors import REDIS_ERRORS
 
 log = logging.getLogger(__name__)
+
+_SEATS_HEAL = store.Caller("seats_heal", passes="mark free confirmed")
+_MARK_RESTORE = store.Caller("mark_restore", passes="booked reservation")
 
 # A recount holds back outbox removals and cancellations for as long as it runs
 # (milliseconds); if its process dies, they resume after this.
@@ -116,8 +118,8 @@ class Report:
 
 def booking_reconcile(event_id: str) -> Report:
     report = Report(event_id)
-    k = r.EventKeys(event_id)
-    lock = r.client().lock(k.reconciling, timeout=_RECONCILE_TIMEOUT_SEC, blocking=False)
+    k = store.EventKeys(event_id)
+    lock = store.client().lock(k.reconciling, timeout=_RECONCILE_TIMEOUT_SEC, blocking=False)
     if not lock.acquire():
         report.busy = True
         return report
@@ -144,10 +146,10 @@ def booking_reconcile(event_id: str) -> Report:
     return report
 
 
-def _settle_outbox(k: r.EventKeys, report: Report) -> None:
+def _settle_outbox(k: store.EventKeys, report: Report) -> None:
     grace_ms = settings.BOOKING_RECONCILE_GRACE_SEC * 1000
-    now = r.now_ms(k.event_id)
-    entries = r.client().xrange(k.outbox, "-", "+")
+    now = store.now_ms(k.event_id)
+    entries = store.client().xrange(k.outbox, "-", "+")
     bookings = [(entry_id, Booking.from_outbox(k.event_id, fields)) for entry_id, fields in entries]
     rows = {
         row.reservation_id: row
@@ -194,13 +196,13 @@ def _check_ledger(event_id: str) -> int | None:
     return ledger
 
 
-def _recount(k: r.EventKeys, report: Report) -> bool:
+def _recount(k: store.EventKeys, report: Report) -> bool:
     """Set seats left from Postgres (see lua/seats_heal.lua for why it is exact)."""
-    recount = r.client().lock(k.recount, timeout=_RECOUNT_TIMEOUT_SEC, blocking=False)
+    recount = store.client().lock(k.recount, timeout=_RECOUNT_TIMEOUT_SEC, blocking=False)
     if not recount.acquire():
         return False
     try:
-        returned = {rid.decode() for rid in r.client().hkeys(k.returned)}
+        returned = {rid.decode() for rid in store.client().hkeys(k.returned)}
         outermost = not connection.in_atomic_block
         with transaction.atomic():
             if outermost:  # one snapshot for every query below
@@ -217,17 +219,15 @@ def _recount(k: r.EventKeys, report: Report) -> bool:
                 )
                 if str(rid) not in returned
             )
-            outbox_ids = [f[b"reservationId"].decode() for _, f in r.client().xrange(k.outbox, "-", "+")]
+            outbox_ids = [f[b"reservationId"].decode() for _, f in store.client().xrange(k.outbox, "-", "+")]
             durable = [
                 str(rid)
                 for rid in rows.filter(reservation_id__in=outbox_ids)
                 .exclude(status=Reservation.Status.VOID)
                 .values_list("reservation_id", flat=True)
             ]
-        reply = r.run(
-            "seats_heal",
-            [k.seats, k.outbox, k.recount, k.meta],
-            [recount.local.token, total - sold - unreturned, *durable],
+        reply = store.run(
+            _SEATS_HEAL.call(k, mark=recount.local.token, free=total - sold - unreturned, confirmed=durable)
         )
     except (DatabaseError, *REDIS_ERRORS) as exc:
         log.error("%s: seats not recounted: %s", k.event_id, exc)
@@ -252,8 +252,8 @@ def _recount(k: r.EventKeys, report: Report) -> bool:
     return True
 
 
-def _return_cancelled(k: r.EventKeys, report: Report) -> None:
-    returned = {rid.decode() for rid in r.client().hkeys(k.returned)}
+def _return_cancelled(k: store.EventKeys, report: Report) -> None:
+    returned = {rid.decode() for rid in store.client().hkeys(k.returned)}
     for reservation in Reservation.objects.filter(event_id=k.event_id, status=Reservation.Status.CANCELLED):
         rid = str(reservation.reservation_id)
         if rid in returned:
@@ -276,7 +276,7 @@ def event_recover(event_id: str) -> Report:
     rejoin and go to the back.
     """
     event = Event.objects.get(event_id=event_id)
-    queue.event_publish(event, sold=event.seats_sold)
+    events.event_publish(event)
     return booking_reconcile(event_id)
 
 
@@ -286,19 +286,17 @@ def restore_marks(event_id: str, batch: int = 1000) -> int:
     One MGET per thousand reservations finds the marks Redis lost; only those are
     written. Returns how many.
     """
-    k = r.EventKeys(event_id)
+    k = store.EventKeys(event_id)
     confirmed = Reservation.objects.filter(event_id=event_id, status=Reservation.Status.CONFIRMED)
     rows = list(confirmed.values_list("reservation_id", "token"))
     restored = 0
     for start in range(0, len(rows), batch):
         chunk = rows[start : start + batch]
-        marks = r.client().mget([k.booked(str(token)) for _, token in chunk])
+        marks = store.client().mget([k.booked(str(token)) for _, token in chunk])
         for (rid, token), mark in zip(chunk, marks, strict=True):
             if mark is None or mark.decode() != str(rid):
-                restored += r.run(
-                    "mark_restore",
-                    [k.booked(str(token)), k.returned, k.meta],
-                    [str(rid)],
+                restored += store.run(
+                    _MARK_RESTORE.call(k, booked=k.booked(str(token)), reservation=str(rid))
                 )
     return restored
 
@@ -306,14 +304,14 @@ def restore_marks(event_id: str, batch: int = 1000) -> int:
 def events_reconcile() -> dict[str, bool]:
     """Reconcile every event that Redis knows or that is not closed; rebuild an open
     one Redis lost (a restart without its data) from Postgres."""
-    known = {e.decode() for e in r.client().smembers(r.EVENTS_KEY)}
+    known = {e.decode() for e in store.client().smembers(store.EVENTS_KEY)}
     reports = {}
     for event in Event.objects.all():
         try:
             if event.event_id in known:
                 reports[event.event_id] = booking_reconcile(event.event_id).consistent
-            elif event.status != Event.Status.CLOSED and not r.client().exists(
-                r.EventKeys(event.event_id).meta
+            elif event.status != Event.Status.CLOSED and not store.client().exists(
+                store.EventKeys(event.event_id).meta
             ):
                 log.error("%s: Redis had lost the event; rebuilding it from Postgres", event.event_id)
                 reports[event.event_id] = event_recover(event.event_id).consistent

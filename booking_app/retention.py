@@ -17,9 +17,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from booking_app.reconcile import booking_reconcile
-from queue_app import services as queue
+from queue_app import events
 from queue_app.models import Event
-from ticketing import redis as r
+from ticketing import store
 
 log = logging.getLogger(__name__)
 
@@ -39,15 +39,15 @@ def event_purge(event_id: str) -> int:
     reopen that came first makes the purge refuse. Neither can wipe the other's work.
     """
     _closed(event_id)
-    k = r.EventKeys(event_id)
+    k = store.EventKeys(event_id)
     report = booking_reconcile(event_id)
-    if report.busy or r.client().xlen(k.outbox):
+    if report.busy or store.client().xlen(k.outbox):
         raise PurgeRefused(f"{event_id}: bookings in the outbox are not decided yet; try again later.")
     with transaction.atomic():
         event = _closed(event_id, lock=True)
         # Out of the tick's and reconcile's sight first, so neither recreates a key.
-        r.client().srem(r.EVENTS_KEY, event_id)
-        deleted = queue.event_wipe(event_id)
+        store.client().srem(store.EVENTS_KEY, event_id)
+        deleted = events.event_wipe(event_id)
     log.info("purged %s from Redis: %d keys (closed %s)", event_id, deleted, event.closed_at)
     return deleted
 
@@ -64,12 +64,12 @@ def events_purge() -> dict[str, int]:
     """Purge every event closed longer ago than EVENT_PURGE_AFTER_SECONDS whose data
     Redis still holds. Returns keys deleted per event purged."""
     cutoff = timezone.now() - timedelta(seconds=settings.EVENT_PURGE_AFTER_SECONDS)
-    known = {e.decode() for e in r.client().smembers(r.EVENTS_KEY)}
+    known = {e.decode() for e in store.client().smembers(store.EVENTS_KEY)}
     purged = {}
     for event_id in Event.objects.filter(status=Event.Status.CLOSED, closed_at__lte=cutoff).values_list(
         "event_id", flat=True
     ):
-        if event_id not in known and not r.client().exists(r.EventKeys(event_id).meta):
+        if event_id not in known and not store.client().exists(store.EventKeys(event_id).meta):
             continue  # purged before
         try:
             purged[event_id] = event_purge(event_id)

@@ -22,6 +22,7 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, InterfaceError, OperationalError, connection, transaction
@@ -32,26 +33,41 @@ from booking_app import publish
 from booking_app.buyers import email_key
 from booking_app.models import Reservation
 from queue_app.models import Event
-from queue_app.services import Token, issued
-from ticketing import metrics
-from ticketing import redis as r
+from queue_app.tokens import Token, issued
+from ticketing import metrics, store
 from ticketing.celery import app
 from ticketing.errors import REDIS_ERRORS, DomainError
 
 log = logging.getLogger(__name__)
 
+
+# What each script call passes besides the event's own keys (checked against the
+# scripts' headers when this module is imported).
+class Reserved(NamedTuple):
+    """lua/reserve.lua's answer (its header names these fields in this order)."""
+
+    outcome: bytes
+    detail: Any = None
+    entry: bytes = b""
+    window_end: int = 0
+
+
+_RESERVE = store.Caller(
+    "reserve", passes="booked token token_text wanted reservation name email account", reply=Reserved
+)
+_RELEASE = store.Caller(
+    "release", passes="booked entry reservation seats_back token reopen confirmed unheard"
+)
+_NOTE_NOT_SAVED = store.Caller("note_not_saved", passes="booked reservation")
+_OUTBOX_DONE = store.Caller("outbox_done", passes="entry")
+_CANCEL = store.Caller("cancel", passes="booked reservation count")
+
 CONFIRMED, ALREADY_BOOKED, NO_ROOM, NOT_SAVED = "CONFIRMED", "ALREADY_BOOKED", "NO_ROOM", "NOT_SAVED"
 SEAT_CAP, BUYER_REQUIRED = "SEAT_CAP", "BUYER_REQUIRED"
 
-_REFUSALS = {
-    "EVENT_NOT_FOUND": "No such event.",
-    "EVENT_CLOSED": "Booking for this event is not open.",
-    "ACCOUNT_REQUIRED": "Sign in to book on this event.",
-    "BUYER_REQUIRED": "This event caps the seats per buyer: send buyerEmail, or sign in.",
-    "NOT_ACTIVE": "This token is not in its booking window (wait in line, or rejoin).",
-    "SOLD_OUT": "Sold out.",
-    "INSUFFICIENT_SEATS": "Not enough seats left for this booking.",
-}
+# What lua/reserve.lua refuses with, answered with its code's message (ticketing/errors.py).
+_REFUSALS = {"EVENT_NOT_FOUND", "EVENT_CLOSED", "ACCOUNT_REQUIRED", "BUYER_REQUIRED", "NOT_ACTIVE",
+             "SOLD_OUT", "INSUFFICIENT_SEATS"}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,17 +228,17 @@ def settle_unheard(b: Booking) -> str | None:
     its entry are written and removed together) means Redis lost it: nobody can
     confirm it any more, so it is settled VOID, and the token's polls answer
     NOT_SAVED (lua/note_not_saved.lua) and it may book again."""
-    k = r.EventKeys(b.event_id)
+    k = store.EventKeys(b.event_id)
     row = Reservation.objects.filter(reservation_id=b.reservation_id).first()
     if row is not None:
         decision = decision_of(row)
-    elif r.client().get(k.booked(b.token)) == str(b.reservation_id).encode():
+    elif store.client().get(k.booked(b.token)) == str(b.reservation_id).encode():
         return None
     else:
         decision = _void(b, Decision(NOT_SAVED))
         log.warning("booking %s: Redis had lost it before Postgres decided it; not saved", b.reservation_id)
     if decision.outcome == NOT_SAVED:
-        r.run("note_not_saved", [k.meta, k.booked(b.token)], [str(b.reservation_id)])
+        store.run(_NOTE_NOT_SAVED.call(k, booked=k.booked(b.token), reservation=str(b.reservation_id)))
     return decision.outcome
 
 
@@ -264,7 +280,7 @@ def booking_decide(b: Booking) -> Decision | None:
 
 
 def release(
-    k: r.EventKeys, entry_id: bytes | str, b: Booking, decision: Decision, *, unheard: bool = False
+    k: store.EventKeys, entry_id: bytes | str, b: Booking, decision: Decision, *, unheard: bool = False
 ) -> bool:
     """Give back what the Redis step of a refused booking took, exactly once.
 
@@ -276,28 +292,25 @@ def release(
     existing = decision.reservation if decision.outcome == ALREADY_BOOKED else None
     give = 0 if decision.outcome == NO_ROOM else b.seat_count
     return bool(
-        r.run(
-            "release",
-            [
-                *(k.outbox, k.seats, k.booked(b.token), k.windows, k.per_window, k.active, k.meta),
-                *(k.drawpos, k.booked_places),
-            ],
-            [
-                entry_id,
-                str(b.reservation_id),
-                give,
-                b.token_raw,
-                1 if existing is None and b.window_end else 0,
-                str(existing.reservation_id) if existing else "",
-                int(unheard),
-            ],
+        store.run(
+            _RELEASE.call(
+                k,
+                booked=k.booked(b.token),
+                entry=entry_id,
+                reservation=str(b.reservation_id),
+                seats_back=give,
+                token=b.token_raw,
+                reopen=1 if existing is None and b.window_end else 0,
+                confirmed=str(existing.reservation_id) if existing else "",
+                unheard=int(unheard),
+            )
         )
     )
 
 
-def outbox_done(k: r.EventKeys, entry_id: bytes | str) -> bool:
+def outbox_done(k: store.EventKeys, entry_id: bytes | str) -> bool:
     """Take a confirmed booking's entry out of the outbox; False leaves it to reconcile."""
-    return r.run("outbox_done", [k.outbox, k.recount], [entry_id]) == 1
+    return store.run(_OUTBOX_DONE.call(k, entry=entry_id)) == 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -309,23 +322,20 @@ class Booked:
     status: str = Reservation.Status.CONFIRMED
 
 
-def reserve_call(b: Booking) -> tuple[str, list[str], list]:
-    """The Redis step of a booking (lua/reserve.lua), for `r.run`."""
-    k = r.EventKeys(b.event_id)
-    keys = [
-        *(k.meta, k.windows, k.booked(b.token), k.seats, k.outbox, k.popped, k.left, k.per_window, k.active),
-        *(k.drawpos, k.booked_places, k.nonces),
-    ]
-    args = [
-        b.token_raw,
-        b.token,
-        b.seat_count,
-        str(b.reservation_id),
-        b.buyer_name,
-        b.buyer_email,
-        b.user_id or "",
-    ]
-    return "reserve", keys, args
+def reserve_call(b: Booking) -> store.Call:
+    """The Redis step of a booking (lua/reserve.lua), for `store.run`."""
+    k = store.EventKeys(b.event_id)
+    return _RESERVE.call(
+        k,
+        booked=k.booked(b.token),
+        token=b.token_raw,
+        token_text=b.token,
+        wanted=b.seat_count,
+        reservation=str(b.reservation_id),
+        name=b.buyer_name,
+        email=b.buyer_email,
+        account=b.user_id or "",
+    )
 
 
 @metrics.observe_booking  # counts and logs each decision
@@ -339,42 +349,38 @@ def booking_reserve(
     user_id: int | None = None,
 ) -> Booked:
     issued(event_id, token)
-    k = r.EventKeys(event_id)
+    k = store.EventKeys(event_id)
     b = Booking(uuid.uuid4(), event_id, token.text, seat_count, buyer_name, buyer_email, user_id=user_id)
-    reply = r.run(*reserve_call(b))
-    outcome = reply[0].decode()
+    reply = store.run(reserve_call(b))
+    outcome = reply.outcome.decode()
     if outcome == "ALREADY_BOOKED":
-        raise _already_booked(reply[1].decode())
+        raise DomainError("ALREADY_BOOKED", reservationId=reply.detail.decode())
     if outcome == "VALIDATION_ERROR":
-        raise DomainError("VALIDATION_ERROR", f"seatCount must be between 1 and {reply[1]}.")
+        raise DomainError("VALIDATION_ERROR", f"seatCount must be between 1 and {reply.detail}.")
     if outcome in _REFUSALS:
-        extra = {"remainingSeats": reply[1]} if outcome == "INSUFFICIENT_SEATS" else {}
-        raise DomainError(outcome, _REFUSALS[outcome], **extra)
-    _, seats_left, entry_id, window_end = reply
-    b = dataclasses.replace(b, window_end=int(window_end))
+        extra = {"remainingSeats": reply.detail} if outcome == "INSUFFICIENT_SEATS" else {}
+        raise DomainError(outcome, **extra)
+    entry_id = reply.entry
+    b = dataclasses.replace(b, window_end=int(reply.window_end))
 
     decision = booking_decide(b)
     if decision is None:
         settle_later(b)
-        raise DomainError(
-            "BOOKING_PENDING",
-            "The booking is being confirmed; poll to see it.",
-            reservationId=str(b.reservation_id),
-        )
+        raise DomainError("BOOKING_PENDING", reservationId=str(b.reservation_id))
     if decision.outcome == CONFIRMED:
         try:
             outbox_done(k, entry_id)
         except REDIS_ERRORS as exc:  # committed: the leftover entry is reconcile's to remove
             log.warning("booking %s confirmed; its outbox entry stays: %s", b.reservation_id, exc)
-        return Booked(b.reservation_id, seat_count, seats_left, event_id)
+        return Booked(b.reservation_id, seat_count, reply.detail, event_id)
     try:
         release(k, entry_id, b, decision)
     except REDIS_ERRORS as exc:  # the row is VOID: reconcile releases the entry
         log.warning("booking %s refused; its outbox entry stays: %s", b.reservation_id, exc)
     if decision.outcome == ALREADY_BOOKED:
-        raise _already_booked(str(decision.reservation.reservation_id))
+        raise DomainError("ALREADY_BOOKED", reservationId=str(decision.reservation.reservation_id))
     if decision.outcome == BUYER_REQUIRED:
-        raise DomainError(BUYER_REQUIRED, _REFUSALS[BUYER_REQUIRED])
+        raise DomainError(BUYER_REQUIRED)
     if decision.outcome == SEAT_CAP:
         raise DomainError(
             "SEAT_CAP",
@@ -383,19 +389,13 @@ def booking_reserve(
         )
     if decision.outcome == NO_ROOM:
         if decision.seats_free <= 0:
-            raise DomainError("SOLD_OUT", _REFUSALS["SOLD_OUT"])
-        raise DomainError(
-            "INSUFFICIENT_SEATS", _REFUSALS["INSUFFICIENT_SEATS"], remainingSeats=decision.seats_free
-        )
+            raise DomainError("SOLD_OUT")
+        raise DomainError("INSUFFICIENT_SEATS", remainingSeats=decision.seats_free)
     raise DomainError(
         "BOOKING_NOT_SAVED",
         "The booking could not be saved; nothing was booked. Try again.",
         reservationId=str(b.reservation_id),
     )
-
-
-def _already_booked(reservation_id: str) -> DomainError:
-    return DomainError("ALREADY_BOOKED", "This token has already booked.", reservationId=reservation_id)
 
 
 # --- Cancellation ----------------------------------------------------------------
@@ -418,13 +418,13 @@ def booking_cancel(*, reservation_id: uuid.UUID, token: str | None = None) -> Re
         rows = rows.filter(token=token)
     reservation = rows.first()
     if reservation is None:
-        raise DomainError("RESERVATION_NOT_FOUND", "No such reservation for this token.")
+        raise DomainError("RESERVATION_NOT_FOUND")
     # One UPDATE; the seat ledger's trigger gives the seats back in Postgres with it.
     updated = rows.filter(status=Reservation.Status.CONFIRMED).update(
         status=Reservation.Status.CANCELLED, cancelled_at=timezone.now()
     )
     if not updated:
-        raise DomainError("ALREADY_CANCELLED", "This reservation was already cancelled.")
+        raise DomainError("ALREADY_CANCELLED")
     reservation.refresh_from_db()
     return_seats(reservation)
     return reservation
@@ -454,9 +454,12 @@ def return_seats(reservation: Reservation, *, wait: bool = True) -> bool:
 def give_back_cancelled(reservation: Reservation) -> int:
     """One try of lua/cancel.lua: seats left, -1 if returned before, -2 during a
     recount, -3 when Redis holds no live state of the event."""
-    k = r.EventKeys(reservation.event_id)
-    return r.run(
-        "cancel",
-        [k.seats, k.booked(str(reservation.token)), k.returned, k.recount, k.meta],
-        [str(reservation.reservation_id), reservation.seat_count],
+    k = store.EventKeys(reservation.event_id)
+    return store.run(
+        _CANCEL.call(
+            k,
+            booked=k.booked(str(reservation.token)),
+            reservation=str(reservation.reservation_id),
+            count=reservation.seat_count,
+        )
     )

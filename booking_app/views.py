@@ -10,11 +10,12 @@ from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_http_methods
 
 from booking_app import mail, services, tasks
-from booking_app.models import Reservation
+from booking_app.models import BUYER_EMAIL_MAX, BUYER_NAME_MAX, Reservation
 from queue_app import services as queue
+from queue_app import tokens
 from queue_app.models import Event
 from queue_app.views import token_cookie
-from ticketing import redis as r
+from ticketing import store
 from ticketing.errors import DomainError
 
 MESSAGES = {
@@ -29,19 +30,19 @@ MESSAGES = {
 
 class BookingForm(forms.Form):
     seat_count = forms.TypedChoiceField(label=_("Seats"), coerce=int)
-    buyer_name = forms.CharField(label=_("Name"), max_length=200)
-    buyer_email = forms.EmailField(label=_("Email"))
+    buyer_name = forms.CharField(label=_("Name"), max_length=BUYER_NAME_MAX)
+    buyer_email = forms.EmailField(label=_("Email"), max_length=BUYER_EMAIL_MAX)
 
     def __init__(self, *args, most: int, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.fields["seat_count"].choices = [(n, str(n)) for n in range(1, most + 1)]
 
 
-def _token(request: HttpRequest, event_id: str) -> queue.Token | None:
+def _token(request: HttpRequest, event_id: str) -> tokens.Token | None:
     """The browser's token for the event, if this service issued it."""
     try:
-        token = queue.parse_token(request.COOKIES.get(token_cookie(event_id)))
-        queue.issued(event_id, token)
+        token = tokens.parse_token(request.COOKIES.get(token_cookie(event_id)))
+        tokens.issued(event_id, token)
     except DomainError:
         return None
     return token
@@ -106,7 +107,7 @@ def book(request: HttpRequest, event_id: str) -> HttpResponse:
             "state": state,
             "error": error,
             "error_message": MESSAGES.get(error, ""),
-            "now_ms": r.now_ms(event.event_id),
+            "now_ms": store.now_ms(event.event_id),
         },
         status=409 if error == "INSUFFICIENT_SEATS" else 200,
     )

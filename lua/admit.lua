@@ -16,29 +16,32 @@
 -- the writes done before an error, so a bad key (of the wrong type, a counter or
 -- setting that is not a number) fails the tick with nothing changed.
 --
--- KEYS[1] meta    HASH    status, admitPerSecond, windowSeconds, maxActive, draw, opensAt,
+-- KEY meta        HASH    status, admitPerSecond, windowSeconds, maxActive, draw, opensAt,
 --                         drawSize; admitRate is written
--- KEYS[2] seq     STRING  last arrival number issued
--- KEYS[3] popped  STRING  places already taken off the head of the line
--- KEYS[4] left    STRING  bitmap of the places whose person left
--- KEYS[5] holes   STRING  how many places after `popped` were left
--- KEYS[6] windows ZSET    the admission log: "to:from:end:admitted" scored by `to`
--- KEYS[7] booked  HASH    `to` of a window -> bookings made in it
--- KEYS[8] active  STRING  people in a window not yet passed who have not booked
--- KEYS[9] seats   STRING  seats left
--- KEYS[10] tick   STRING  the last second (Redis clock) a tick ran
--- KEYS[11] log    LIST    "<second>:<admitted>" of the last 120 ticks, newest first
--- ARGV[1] how long before a scheduled start its draw is due (ms)
+-- KEY seq         STRING  last arrival number issued
+-- KEY popped      STRING  places already taken off the head of the line
+-- KEY left        STRING  bitmap of the places whose person left
+-- KEY holes       STRING  how many places after `popped` were left
+-- KEY windows     ZSET    the admission log: "to:from:end:admitted" scored by `to`
+-- KEY per_window  HASH    `to` of a window -> bookings made in it
+-- KEY active      STRING  people in a window not yet passed who have not booked
+-- KEY seats       STRING  seats left
+-- KEY tick        STRING  the last second (Redis clock) a tick ran
+-- KEY admit_log   LIST    "<second>:<admitted>" of the last 120 ticks, newest first
+-- ARG lead        how long before a scheduled start its draw is due (ms)
 --
 -- An event with a scheduled start admits nobody until its pre-queue is drawn (meta
--- draw = PENDING): NOT_OPEN, then DRAW_DUE from ARGV[1] ms before the start on,
+-- draw = PENDING): NOT_OPEN, then DRAW_DUE from `lead` ms before the start on,
 -- which tells the caller to have the draw run (queue_app/draw.py). After the draw,
 -- places 1..drawSize are the pre-queue in drawn order; admission reads places and
 -- needs nothing else.
 --
--- Returns {outcome, admitted, waiting, active}; outcome is ADMITTED, ALREADY_TICKED,
--- NOT_OPEN, DRAW_DUE, SOLD_OUT, EMPTY (nobody waiting), FULL (the active cap is
--- reached) or EVENT_NOT_FOUND.
+-- Returns these, in this order (queue_app/admission.py: Tick):
+-- REPLY outcome   ADMITTED, ALREADY_TICKED, NOT_OPEN, DRAW_DUE, SOLD_OUT, EMPTY
+--                 (nobody waiting), FULL (the active cap is reached) or EVENT_NOT_FOUND
+-- REPLY admitted  people admitted by this tick
+-- REPLY waiting   people waiting after it (0 when it did not run)
+-- REPLY active    people in a window after it (0 when it did not run)
 -- needs: line
 
 -- A last tick more than this many seconds ahead of Redis' clock is not "this second
@@ -56,50 +59,50 @@ local function number(value, what)
 end
 
 -- 1. Read and validate; nothing is written before step 2.
-local meta = redis.call('HMGET', KEYS[1], 'status', 'admitPerSecond', 'windowSeconds', 'maxActive',
+local fields = redis.call('HMGET', meta, 'status', 'admitPerSecond', 'windowSeconds', 'maxActive',
   'admitRate', 'draw', 'opensAt')
-if not meta[1] then return {'EVENT_NOT_FOUND', 0, 0, 0} end
+if not fields[1] then return {'EVENT_NOT_FOUND', 0, 0, 0} end
 
 local t = redis.call('TIME')
 local second = tonumber(t[1])
 local now = second * 1000 + math.floor(tonumber(t[2]) / 1000)
-local last_tick = counter(KEYS[10])
+local last_tick = counter(tick)
 if last_tick >= second and last_tick - second <= CLOCK_JUMP_SECONDS then
   return {'ALREADY_TICKED', 0, 0, 0}
 end
 
 -- Each key written below is read here with a command that fails on the wrong type.
-local seq, popped, holes = counter(KEYS[2]), counter(KEYS[3]), counter(KEYS[5])
-local waiting = seq - popped - holes
-local active = counter(KEYS[8])
-redis.call('STRLEN', KEYS[4])
-redis.call('HLEN', KEYS[7])
-redis.call('LLEN', KEYS[11])
+local arrived, head, hole_count = counter(seq), counter(popped), counter(holes)
+local waiting = arrived - head - hole_count
+local active_count = counter(active)
+redis.call('STRLEN', left)
+redis.call('HLEN', per_window)
+redis.call('LLEN', admit_log)
 
 -- Windows that have passed leave the count of active people. The log is in order
 -- of places, which is the order of time: the passed ones are at its start.
 local passed = {}
-for _, entry in ipairs(redis.call('ZRANGE', KEYS[6], 0, 99)) do
+for _, entry in ipairs(redis.call('ZRANGE', windows, 0, 99)) do
   local to, ends, admitted = entry:match('^(%d+):%d+:(%d+):(%d+)$')
-  if not to then error(KEYS[6] .. ' holds an entry that is not to:from:end:admitted') end
+  if not to then error(windows .. ' holds an entry that is not to:from:end:admitted') end
   if tonumber(ends) > now then break end
   passed[#passed + 1] = entry
-  active = active - tonumber(admitted) + tonumber(redis.call('HGET', KEYS[7], to) or 0)
+  active_count = active_count - tonumber(admitted) + tonumber(redis.call('HGET', per_window, to) or 0)
 end
-active = math.max(active, 0)
+active_count = math.max(active_count, 0)
 
 local outcome, want = 'ADMITTED', 0
-if meta[6] == 'PENDING' then
-  local due = meta[1] ~= 'CLOSED' and now >= number(meta[7], 'opensAt') - number(ARGV[1], 'the lead')
+if fields[6] == 'PENDING' then
+  local due = fields[1] ~= 'CLOSED' and now >= number(fields[7], 'opensAt') - number(lead, 'the lead')
   outcome = due and 'DRAW_DUE' or 'NOT_OPEN'
-elseif meta[1] ~= 'OPEN' then
+elseif fields[1] ~= 'OPEN' then
   outcome = 'NOT_OPEN'
-elseif counter(KEYS[9]) <= 0 then
+elseif counter(seats) <= 0 then
   outcome = 'SOLD_OUT'
 else
-  want = number(meta[2], 'admitPerSecond')
-  local cap = number(meta[4] or 0, 'maxActive')
-  if cap > 0 then want = math.min(want, cap - active) end
+  want = number(fields[2], 'admitPerSecond')
+  local cap = number(fields[4] or 0, 'maxActive')
+  if cap > 0 then want = math.min(want, cap - active_count) end
   if waiting <= 0 then
     outcome = 'EMPTY'
   elseif want <= 0 then
@@ -107,27 +110,27 @@ else
   end
 end
 
--- Who is admitted: the first `want` places after `popped` whose bit in `left` is
--- clear, up to `seq`. Holes (set bits) are passed; `last` is the last place passed.
-local admitted, passed_holes, last = 0, 0, popped
+-- Who is admitted: the first `want` places after `head` whose bit in `left` is
+-- clear, up to `arrived`. Holes (set bits) are passed; `last` is the last place passed.
+local admitted, passed_holes, last = 0, 0, head
 local window_ms, rate
 if outcome == 'ADMITTED' then
-  window_ms = number(meta[3], 'windowSeconds') * 1000
-  rate = number(meta[5] or 0, 'admitRate')
-  while admitted < want and last < seq do
+  window_ms = number(fields[3], 'windowSeconds') * 1000
+  rate = number(fields[5] or 0, 'admitRate')
+  while admitted < want and last < arrived do
     local first_byte = math.floor((last + 1) / 8)
-    local bytes = redis.call('GETRANGE', KEYS[4], first_byte, first_byte + CHUNK - 1)
+    local bytes = redis.call('GETRANGE', left, first_byte, first_byte + CHUNK - 1)
     for i = 0, CHUNK - 1 do
       local c = bytes:byte(i + 1) or 0
       local base = (first_byte + i) * 8  -- the place of this byte's first bit
-      local lo, hi = math.max(last + 1, base), math.min(seq, base + 7)
+      local lo, hi = math.max(last + 1, base), math.min(arrived, base + 7)
       if lo > hi then break end
       if c == 0 and hi - lo + 1 <= want - admitted then
         admitted, last = admitted + hi - lo + 1, hi
       elseif c == 255 then
         -- A run of holes: BITPOS finds its end at C speed.
-        local clear = redis.call('BITPOS', KEYS[4], 0, first_byte + i)
-        local upto = math.min(seq, clear - 1)
+        local clear = redis.call('BITPOS', left, 0, first_byte + i)
+        local upto = math.min(arrived, clear - 1)
         passed_holes, last = passed_holes + upto - lo + 1, upto
         break  -- read on from there
       else
@@ -141,33 +144,33 @@ if outcome == 'ADMITTED' then
           if admitted == want then break end
         end
       end
-      if admitted == want or last >= seq then break end
+      if admitted == want or last >= arrived then break end
     end
   end
 end
 
 -- 2. Write. Every key below was read above, so none of these can fail.
-redis.call('SET', KEYS[10], second)
+redis.call('SET', tick, second)
 for _, entry in ipairs(passed) do
-  redis.call('ZREM', KEYS[6], entry)
-  redis.call('HDEL', KEYS[7], entry:match('^(%d+):'))
+  redis.call('ZREM', windows, entry)
+  redis.call('HDEL', per_window, entry:match('^(%d+):'))
 end
 if outcome == 'ADMITTED' then
   if admitted > 0 then
     local ends = now + window_ms
-    redis.call('ZADD', KEYS[6], last, last .. ':' .. (popped + 1) .. ':' .. ends .. ':' .. admitted)
+    redis.call('ZADD', windows, last, last .. ':' .. (head + 1) .. ':' .. ends .. ':' .. admitted)
   end
-  redis.call('SET', KEYS[3], last)
-  redis.call('SET', KEYS[5], holes - passed_holes)
+  redis.call('SET', popped, last)
+  redis.call('SET', holes, hole_count - passed_holes)
 
   -- The observed rate feeds each person's estimated wait (smoothed over ~5 ticks).
   local gap = last_tick > 0 and math.min(math.max(second - last_tick, 1), 10) or 1
   local sample = admitted / gap
   if rate == 0 then rate = sample else rate = rate * 0.8 + sample * 0.2 end
-  redis.call('HSET', KEYS[1], 'admitRate', string.format('%.3f', rate))
+  redis.call('HSET', meta, 'admitRate', string.format('%.3f', rate))
 end
-active = active + admitted
-redis.call('SET', KEYS[8], active)
-redis.call('LPUSH', KEYS[11], second .. ':' .. admitted)
-redis.call('LTRIM', KEYS[11], 0, 119)
-return {outcome, admitted, waiting - admitted, active}
+active_count = active_count + admitted
+redis.call('SET', active, active_count)
+redis.call('LPUSH', admit_log, second .. ':' .. admitted)
+redis.call('LTRIM', admit_log, 0, 119)
+return {outcome, admitted, waiting - admitted, active_count}

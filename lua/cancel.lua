@@ -5,27 +5,27 @@
 -- nothing is returned (the caller retries, or leaves it to reconcile).
 -- Validates every key before its first write.
 --
--- KEYS[1] seats     STRING  seats left
--- KEYS[2] booked    STRING  the token's booking mark (a reservation id)
--- KEYS[3] returned  HASH    reservation id -> seats, for every cancellation returned
--- KEYS[4] recount   STRING  set while reconcile recounts seats left
--- KEYS[5] meta      HASH    the event's record (its existence is checked)
--- ARGV[1] reservation id
--- ARGV[2] seats
+-- KEY seats     STRING  seats left
+-- KEY booked    STRING  the token's booking mark (a reservation id)
+-- KEY returned  HASH    reservation id -> seats, for every cancellation returned
+-- KEY recount   STRING  set while reconcile recounts seats left
+-- KEY meta      HASH    the event's record (its existence is checked)
+-- ARG reservation  reservation id
+-- ARG count        seats
 --
 -- Returns seats left, -1 when the seats had already been returned, -2 while a
 -- recount runs, or -3 when Redis holds no live state of the event (purged, or lost):
 -- nothing changed then, and nothing may be written, or a later reopen would find
 -- seats left that Postgres does not count (reconcile returns them once the event
 -- is live again).
-if redis.call('HLEN', KEYS[5]) == 0 then return -3 end
-if redis.call('GET', KEYS[4]) then return -2 end
-if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then return -1 end
-if not tonumber(redis.call('GET', KEYS[1]) or 0) then
+if redis.call('HLEN', meta) == 0 then return -3 end
+if redis.call('GET', recount) then return -2 end
+if redis.call('HEXISTS', returned, reservation) == 1 then return -1 end
+if not tonumber(redis.call('GET', seats) or 0) then
   return redis.error_reply('seats left is not a number')
 end
-local mark = redis.call('GET', KEYS[2])
+local mark = redis.call('GET', booked)
 
-redis.call('HSET', KEYS[3], ARGV[1], ARGV[2])
-if mark == ARGV[1] then redis.call('DEL', KEYS[2]) end
-return redis.call('INCRBY', KEYS[1], ARGV[2])
+redis.call('HSET', returned, reservation, count)
+if mark == reservation then redis.call('DEL', booked) end
+return redis.call('INCRBY', seats, count)

@@ -8,44 +8,44 @@
 -- Two runs of the draw compute the same order: the first to get here puts its
 -- positions in place, the other's are dropped.
 --
--- KEYS[1] meta    HASH    draw, drawSize; draw = DONE is written
--- KEYS[2] runpos  STRING  this run's position of each pre-queue number, 4 bytes each
--- KEYS[3] drawpos STRING  the line's (renamed from KEYS[2])
--- KEYS[4] left    STRING  bitmap of the places whose person left
--- KEYS[5] leftpre STRING  bitmap of the pre-queue numbers left before the draw
--- KEYS[6] leftlog STRING  5 bytes per leaver, in the order they left
--- KEYS[7] popped  STRING  places taken off the head of the line: 0 until now
--- KEYS[8] pre     STRING  the pre-queue's tokens
--- ARGV[1] drawSize the run drew
+-- KEY meta        HASH    draw, drawSize; draw = DONE is written
+-- KEY runpos      STRING  this run's position of each pre-queue number, 4 bytes each
+-- KEY drawpos     STRING  the line's (renamed from runpos)
+-- KEY left        STRING  bitmap of the places whose person left
+-- KEY leftpre     STRING  bitmap of the pre-queue numbers left before the draw
+-- KEY leftlog     STRING  5 bytes per leaver, in the order they left
+-- KEY popped      STRING  places taken off the head of the line: 0 until now
+-- KEY pre         STRING  the pre-queue's tokens
+-- ARG draw_size  drawSize the run drew
 --
 -- Returns 'DONE', or 'ALREADY' when another run was first (this run's key deleted).
 -- Validates every key and count before its first write.
 -- needs: line
-local meta = redis.call('HMGET', KEYS[1], 'draw', 'drawSize')
-if meta[1] == 'DONE' then
-  redis.call('DEL', KEYS[2])
+local fields = redis.call('HMGET', meta, 'draw', 'drawSize')
+if fields[1] == 'DONE' then
+  redis.call('DEL', runpos)
   return 'ALREADY'
 end
-local size = tonumber(ARGV[1])
-if meta[1] ~= 'PENDING' or tonumber(meta[2]) ~= size then error('the pre-queue is not the one drawn') end
-if counter(KEYS[7]) ~= 0 then error(KEYS[7] .. ' moved before the draw') end
-if redis.call('STRLEN', KEYS[2]) ~= size * 4 then error('the run\'s positions are not this draw\'s') end
-redis.call('STRLEN', KEYS[3])  -- RENAME would replace a key of another type: refused here
-redis.call('STRLEN', KEYS[4])
-redis.call('STRLEN', KEYS[6])
-redis.call('STRLEN', KEYS[8])
+local size = tonumber(draw_size)
+if fields[1] ~= 'PENDING' or tonumber(fields[2]) ~= size then error('the pre-queue is not the one drawn') end
+if counter(popped) ~= 0 then error(popped .. ' moved before the draw') end
+if redis.call('STRLEN', runpos) ~= size * 4 then error('the run\'s positions are not this draw\'s') end
+redis.call('STRLEN', drawpos)  -- RENAME would replace a key of another type: refused here
+redis.call('STRLEN', left)
+redis.call('STRLEN', leftlog)
+redis.call('STRLEN', pre)
 
 -- The pre-queue's leavers, found a set bit at a time.
 local from, gone = 0, {}
 while true do
-  local n = redis.call('BITPOS', KEYS[5], 1, from)
+  local n = redis.call('BITPOS', leftpre, 1, from)
   if n < 0 then break end
-  if n > size then error(KEYS[5] .. ' marks ' .. n .. ', not of the pre-queue') end
+  if n > size then error(leftpre .. ' marks ' .. n .. ', not of the pre-queue') end
   gone[#gone + 1] = n
   -- Skip to the next set bit: bytes are BITPOS' unit, so the rest of this one is
   -- read here.
   local byte = math.floor(n / 8)
-  local c = redis.call('GETRANGE', KEYS[5], byte, byte):byte(1)
+  local c = redis.call('GETRANGE', leftpre, byte, byte):byte(1)
   for k = n % 8 + 1, 7 do
     if bit.band(c, 2 ^ (7 - k)) ~= 0 then gone[#gone + 1] = byte * 8 + k end
   end
@@ -53,16 +53,16 @@ while true do
 end
 for _, n in ipairs(gone) do
   local at = n * 4
-  local b1, b2, b3, b4 = redis.call('GETRANGE', KEYS[2], at - 4, at - 1):byte(1, 4)
+  local b1, b2, b3, b4 = redis.call('GETRANGE', runpos, at - 4, at - 1):byte(1, 4)
   local place = ((b1 * 256 + b2) * 256 + b3) * 256 + b4
-  redis.call('SETBIT', KEYS[4], place, 1)
-  redis.call('APPEND', KEYS[6], string.char(0, math.floor(place / 16777216) % 256,
+  redis.call('SETBIT', left, place, 1)
+  redis.call('APPEND', leftlog, string.char(0, math.floor(place / 16777216) % 256,
     math.floor(place / 65536) % 256, math.floor(place / 256) % 256, place % 256))
 end
-redis.call('DEL', KEYS[5], KEYS[8])
+redis.call('DEL', leftpre, pre)
 if size > 0 then  -- (an empty pre-queue leaves this run nothing to put in place)
-  redis.call('RENAME', KEYS[2], KEYS[3])
-  redis.call('PERSIST', KEYS[3])
+  redis.call('RENAME', runpos, drawpos)
+  redis.call('PERSIST', drawpos)
 end
-redis.call('HSET', KEYS[1], 'draw', 'DONE')
+redis.call('HSET', meta, 'draw', 'DONE')
 return 'DONE'

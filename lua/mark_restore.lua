@@ -4,15 +4,15 @@
 -- seats were returned meanwhile: it was cancelled after the caller read Postgres.
 -- Validates every key before its first write.
 --
--- KEYS[1] booked    STRING  the token's booking mark
--- KEYS[2] returned  HASH    reservation id -> seats, for every cancellation returned
--- KEYS[3] meta      HASH    the event's record (its existence is checked)
--- ARGV[1] reservation id
+-- KEY booked    STRING  the token's booking mark
+-- KEY returned  HASH    reservation id -> seats, for every cancellation returned
+-- KEY meta      HASH    the event's record (its existence is checked)
+-- ARG reservation  reservation id
 --
 -- Returns 1 when restored, 0 when it was cancelled meanwhile or Redis holds no live
 -- state of the event (purged meanwhile).
-if redis.call('HLEN', KEYS[3]) == 0 then return 0 end
-if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 0 end
-redis.call('GET', KEYS[1])
-redis.call('SET', KEYS[1], ARGV[1])
+if redis.call('HLEN', meta) == 0 then return 0 end
+if redis.call('HEXISTS', returned, reservation) == 1 then return 0 end
+redis.call('GET', booked)
+redis.call('SET', booked, reservation)
 return 1

@@ -7,12 +7,12 @@
 -- outbox, or a later one) or a note already there is left as it is. Nothing is
 -- written for an event Redis holds no live state of.
 --
--- KEYS[1] meta    HASH    the event's record (its existence is checked)
--- KEYS[2] booked  STRING  the token's booking mark
--- ARGV[1] reservation id
+-- KEY meta    HASH    the event's record (its existence is checked)
+-- KEY booked  STRING  the token's booking mark
+-- ARG reservation  reservation id
 --
 -- Returns 1 when noted, 0 when left as it was.
-if redis.call('HLEN', KEYS[1]) == 0 then return 0 end
-if redis.call('GET', KEYS[2]) then return 0 end
-redis.call('SET', KEYS[2], '-' .. ARGV[1])
+if redis.call('HLEN', meta) == 0 then return 0 end
+if redis.call('GET', booked) then return 0 end
+redis.call('SET', booked, '-' .. reservation)
 return 1

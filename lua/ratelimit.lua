@@ -6,41 +6,44 @@
 -- Counting and arming the expiry happen together, so a crash between the two
 -- cannot leave a counter that never resets.
 --
--- KEYS[1] counter  STRING  the client's requests in the current window (an IPv4
+-- KEY counter     STRING  the client's requests in the current window (an IPv4
 --                          address, an IPv6 /64, or whatever else is counted: a token)
--- KEYS[2] site     STRING  an IPv6 client: its /48's requests; absent otherwise
--- ARGV[1] limit    requests KEYS[1] may make per window
--- ARGV[2] window   length in ms
--- ARGV[3] limit    requests KEYS[2] may make per window (with KEYS[2])
+-- KEY site?       STRING  an IPv6 client: its /48's requests; absent otherwise
+-- ARG limit       requests `counter` may make per window
+-- ARG window      length in ms
+-- ARG site_limit? requests `site` may make per window (with `site`)
 --
--- Returns {allowed (1/0), ms until the window of the counter that refused resets}.
+-- Returns these, in this order (ticketing/ratelimit.py: Verdict):
+-- REPLY allowed   1 when allowed (and counted), else 0
+-- REPLY reset_ms  ms until the window of the counter that refused resets
 -- Validates its arguments and reads every counter before its first write: a counter
 -- of the wrong type or not a whole number fails the script with nothing counted.
-local window = tonumber(ARGV[2])
-local limits = {tonumber(ARGV[1]), tonumber(ARGV[3])}
-if not window or window ~= math.floor(window) or window <= 0 then
+local ms = tonumber(window)
+local counters, limits = {counter}, {tonumber(limit)}
+if site then counters[2], limits[2] = site, tonumber(site_limit) end
+if not ms or ms ~= math.floor(ms) or ms <= 0 then
   error('window must be a positive whole number of ms')
 end
 local counts = {}
-for i = 1, #KEYS do
+for i, key in ipairs(counters) do
   if not limits[i] then error('limit ' .. i .. ' must be a number') end
-  local n = redis.call('GET', KEYS[i]) or '0'
-  if not n:match('^-?%d+$') then error(KEYS[i] .. ' is not a count') end  -- INCR would refuse it
+  local n = redis.call('GET', key) or '0'
+  if not n:match('^-?%d+$') then error(key .. ' is not a count') end  -- INCR would refuse it
   counts[i] = tonumber(n)
 end
-for i = 1, #KEYS do
+for i, key in ipairs(counters) do
   if counts[i] >= limits[i] then
-    local ttl = redis.call('PTTL', KEYS[i])
+    local ttl = redis.call('PTTL', key)
     if ttl < 0 then
       -- A counter without an expiry (restored from a snapshot, or set by hand) would
       -- refuse this client forever: arm it now.
-      redis.call('PEXPIRE', KEYS[i], window)
-      ttl = window
+      redis.call('PEXPIRE', key, ms)
+      ttl = ms
     end
     return {0, ttl}
   end
 end
-for i = 1, #KEYS do
-  if redis.call('INCR', KEYS[i]) == 1 then redis.call('PEXPIRE', KEYS[i], window) end
+for _, key in ipairs(counters) do
+  if redis.call('INCR', key) == 1 then redis.call('PEXPIRE', key, ms) end
 end
 return {1, 0}

@@ -2,10 +2,10 @@
 -- Only for an event that exists: a refused request may name any event id, and a
 -- counter per made-up id would let anyone fill Redis.
 --
--- KEYS[1] meta     HASH    the event's record (its existence is checked)
--- KEYS[2] refused  HASH    reason -> joins refused for it
--- ARGV[1] the reason (rate, forged_token, ...)
+-- KEY meta     HASH    the event's record (its existence is checked)
+-- KEY refused  HASH    reason -> joins refused for it
+-- ARG reason   the reason (rate, forged_token, ...)
 --
 -- Returns the reason's new count, or 0 for an unknown event.
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-return redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
+if redis.call('EXISTS', meta) == 0 then return 0 end
+return redis.call('HINCRBY', refused, reason, 1)

@@ -10,7 +10,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from queue_app import live, services
+from queue_app import events, live
 from queue_app.models import Event
 
 
@@ -38,7 +38,7 @@ class EventForm(forms.ModelForm):
         before = self.instance.opens_at  # the form's values reach the instance after the fields' clean
         if not self.instance.pk or (opens_at is None) == (before is None):
             return opens_at  # a new event, no start, or one that moves (Event.clean says when)
-        if services.line_started(self.instance.event_id):
+        if events.line_started(self.instance.event_id):
             if opens_at is None:
                 raise forms.ValidationError(
                     _("People have joined the pre-queue: its start can move, not go.")
@@ -182,7 +182,7 @@ class EventAdmin(admin.ModelAdmin):
         # One pipelined round trip per event, cached for the row's columns.
         cache = getattr(self, "_live_cache", None)
         if cache is None or cache[0] is not obj:
-            self._live_cache = (obj, services.event_live_numbers(obj.event_id))
+            self._live_cache = (obj, events.event_live_numbers(obj.event_id))
         return self._live_cache[1]
 
     @admin.display(description=_("waiting"))
@@ -257,7 +257,7 @@ class EventAdmin(admin.ModelAdmin):
     def live_numbers(self, request: HttpRequest, pk: int) -> JsonResponse:
         event = self._viewable(request, pk)
         confirmed = event.reservations.filter(status="CONFIRMED")
-        numbers = services.event_live_numbers(event.event_id) | {
+        numbers = events.event_live_numbers(event.event_id) | {
             "bookings": confirmed.count(),
             "seatsSold": Event.objects.values_list("seats_sold", flat=True).get(pk=event.pk),
             "totalSeats": event.total_seats,
@@ -274,14 +274,14 @@ class EventAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Event, form, change: bool) -> None:
         super().save_model(request, obj, form, change)
-        services.event_publish(obj, sold=obj.seats_sold)
+        events.event_publish(obj)
 
     def _set_fields(self, request: HttpRequest, queryset: QuerySet, change, done: str) -> None:
         """`done`: the message, with the number of events as %(n)s."""
         for event in queryset:
             change(event)
             event.save()
-            services.event_publish(event, sold=event.seats_sold)
+            events.event_publish(event)
         self.message_user(request, done % {"n": queryset.count()}, messages.SUCCESS)
 
     @admin.action(
@@ -306,7 +306,7 @@ class EventAdmin(admin.ModelAdmin):
         for event in queryset:
             event.status = status
             event.save(update_fields=["status", "updated_at"])
-            services.event_publish(event, sold=event.seats_sold)
+            events.event_publish(event)
         done = gettext("%(n)s event(s) now %(status)s.") % {"n": queryset.count(), "status": status.label}
         self.message_user(request, done, messages.SUCCESS)
 

@@ -15,7 +15,7 @@ from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from queue_app import draw, proof, services
+from queue_app import draw, proof, services, tokens
 from queue_app.models import EVENT_ID_PATTERN
 from ticketing.api import Endpoint, StrictField, responses
 from ticketing.ratelimit import ChallengeThrottle, JoinThrottle, LeaveThrottle, client_address
@@ -40,6 +40,16 @@ def anonymous_client(meta: Mapping) -> services.Client:
     return services.Client(address=address, site=site)
 
 
+# Joins and rejoins refused, counted per event by reason for the operator (the
+# admin's event list): error code -> reason.
+JOIN_REFUSALS = {
+    "RATE_LIMIT": "rate",
+    "INVALID_TOKEN": "forged_token",
+    "TOO_MANY_PLACES": "cap",
+    "PROOF_OF_WORK": "proof_of_work",
+}
+
+
 @extend_schema_field(
     {
         "type": "string",
@@ -52,10 +62,10 @@ def anonymous_client(meta: Mapping) -> services.Client:
 class TokenField(StrictField):
     """A queue token: missing is MISSING_TOKEN, anything but a UUID VALIDATION_ERROR."""
 
-    parse = staticmethod(services.parse_token)
+    parse = staticmethod(tokens.parse_token)
 
     def to_representation(self, value: object) -> object:
-        return value.text if isinstance(value, services.Token) else value
+        return value.text if isinstance(value, tokens.Token) else value
 
 
 @extend_schema_field(
@@ -215,7 +225,7 @@ class JoinView(Endpoint):
     Input, Output = JoinInput, JoinedOutput
     throttle_classes = [JoinThrottle]
     fast_service = staticmethod(services.aqueue_join)
-    counted_refusals = services.JOIN_REFUSALS
+    counted_refusals = JOIN_REFUSALS
     fast_client = staticmethod(anonymous_client)
     # The session's account, with DRF's CSRF check for signed-in requests.
     authentication_classes = [SessionAuthentication]
@@ -250,7 +260,7 @@ class RejoinView(Endpoint):
     Input, Output = RejoinInput, RejoinedOutput
     throttle_classes = [JoinThrottle]
     fast_service = staticmethod(services.aqueue_rejoin)
-    counted_refusals = services.JOIN_REFUSALS
+    counted_refusals = JOIN_REFUSALS
     fast_client = staticmethod(anonymous_client)
     # The session's account, with DRF's CSRF check for signed-in requests.
     authentication_classes = [SessionAuthentication]
@@ -326,7 +336,7 @@ class ChallengeView(Endpoint):
     throttle_classes = [ChallengeThrottle]
     fast_service = staticmethod(services.aqueue_challenge)
     # A join refused before its proof of work was spent: counted as the join's would be.
-    counted_refusals = {"TOO_MANY_PLACES": services.JOIN_REFUSALS["TOO_MANY_PLACES"]}
+    counted_refusals = {"TOO_MANY_PLACES": JOIN_REFUSALS["TOO_MANY_PLACES"]}
     fast_client = staticmethod(anonymous_client)
 
     @extend_schema(

@@ -61,7 +61,7 @@ from django.dispatch import receiver
 from django.utils import timezone
 
 from queue_app.models import Draw, Event
-from ticketing import redis as r
+from ticketing import store
 from ticketing.errors import DomainError, validation_error
 
 log = logging.getLogger(__name__)
@@ -75,6 +75,9 @@ CHUNK = 50_000
 # How long before the start a run begins reading the pre-queue: long enough to
 # read 2,000,000 places, short enough not to hold a worker for long.
 LEAD_MS = 30_000
+
+_DRAW_CLOSE = store.Caller("draw_close")
+_DRAW_DONE = store.Caller("draw_done", passes="runpos draw_size")
 
 
 def receipt(event_id: str, token: bytes) -> bytes:
@@ -135,7 +138,9 @@ def _positions(drawn: list[int]) -> array:
 
 def dispatch(event_id: str) -> bool:
     """Claim the event's draw for one run; False while another run holds it."""
-    return bool(r.client().set(r.event_keys(event_id).draw_claim, os.urandom(8).hex(), nx=True, px=CLAIM_MS))
+    return bool(
+        store.client().set(store.event_keys(event_id).draw_claim, os.urandom(8).hex(), nx=True, px=CLAIM_MS)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,8 +156,8 @@ def run(event_id: str) -> Outcome:
     """Draw the event's pre-queue and put the order in place (see the module's
     docstring). Begun before the start, it reads ahead until the start. Safe to run
     again, or twice at once."""
-    k = r.event_keys(event_id)
-    client = r.client()
+    k = store.event_keys(event_id)
+    client = store.client()
     draw = Draw.objects.get(event__event_id=event_id)
     tokens: list[bytes] = []
     listed: list[bytes] = []
@@ -177,8 +182,8 @@ def run(event_id: str) -> Outcome:
         ordered.sort(key=listed.__getitem__)
 
     # Before the start: keep up with the pre-queue as it grows.
-    while (reply := r.run("draw_close", [k.meta, k.seq, k.popped, k.pre], []))[0] == b"NOT_DUE":
-        until = reply[1] - r.now_ms(event_id)
+    while (reply := store.run(_DRAW_CLOSE.call(k)))[0] == b"NOT_DUE":
+        until = reply[1] - store.now_ms(event_id)
         if until > LEAD_MS * 2:  # the start was moved later: a later tick comes back
             client.delete(k.draw_claim)
             return Outcome(event_id, "NOT_DUE")
@@ -226,11 +231,7 @@ def run(event_id: str) -> Outcome:
         )
         written.result()
     stage("publish and write")
-    outcome = r.run(
-        "draw_done",
-        [k.meta, run_positions, k.drawpos, k.left, k.leftpre, k.leftlog, k.popped, k.pre],
-        [size],
-    )
+    outcome = store.run(_DRAW_DONE.call(k, runpos=run_positions, draw_size=size))
     stage("switch")
     client.delete(k.draw_claim)
     result = Outcome(event_id, outcome.decode(), size, time.monotonic() - started, stages)
@@ -238,15 +239,15 @@ def run(event_id: str) -> Outcome:
     return result
 
 
-def _renew(k: r.EventKeys) -> None:
-    r.client().pexpire(k.draw_claim, CLAIM_MS)
+def _renew(k: store.EventKeys) -> None:
+    store.client().pexpire(k.draw_claim, CLAIM_MS)
 
 
 def _write(run_positions: str, positions: bytes) -> None:
     """The run's positions, expiring unless put in place (a run that dies leaves
     nothing behind for long)."""
     if positions:
-        r.client().set(run_positions, positions, px=CLAIM_MS * 10)
+        store.client().set(run_positions, positions, px=CLAIM_MS * 10)
 
 
 # --- What is published ---------------------------------------------------------
@@ -275,8 +276,8 @@ def find(event_id: str) -> Draw:
     found = Draw.objects.select_related("event").filter(event__event_id=event_id).first()
     if found is None or found.event.opens_at is None:
         if found is None and not Event.objects.filter(event_id=event_id).exists():
-            raise DomainError("EVENT_NOT_FOUND", f"No event {event_id!r}.")
-        raise DomainError("NO_DRAW", "This event has no scheduled start, so no draw.")
+            raise DomainError("EVENT_NOT_FOUND")
+        raise DomainError("NO_DRAW")
     return found
 
 
@@ -299,7 +300,7 @@ def published(*, event_id: str, receipt: bytes | None = None) -> Published:
     opens_at = int(found.event.opens_at.timestamp() * 1000)
     if found.drawn_at is None:
         if receipt is not None:
-            raise DomainError("NOT_DRAWN", "The order is drawn at the scheduled start.")
+            raise DomainError("NOT_DRAWN")
         status = "DRAWING" if found.event.opens_at <= timezone.now() else "SCHEDULED"
         return Published(event_id, opens_at, found.commitment, status, public_key=public_key())
     listed = drawn_list(found)
@@ -307,7 +308,7 @@ def published(*, event_id: str, receipt: bytes | None = None) -> Published:
     if receipt is not None:
         position = listed.position_of(receipt)
         if position is None:
-            raise DomainError("RECEIPT_NOT_FOUND", "No place of this draw has this receipt.")
+            raise DomainError("RECEIPT_NOT_FOUND")
     digest = listed.digest
     return Published(
         event_id,
@@ -382,7 +383,7 @@ def receipts_lines(*, event_id: str) -> Iterator[bytes]:
     """The published list (`Listed.lines`); NOT_DRAWN before the draw."""
     found = find(event_id)
     if found.drawn_at is None:
-        raise DomainError("NOT_DRAWN", "The order is drawn at the scheduled start.")
+        raise DomainError("NOT_DRAWN")
     return drawn_list(found).lines()
 
 

@@ -26,15 +26,49 @@ import threading
 import time
 from dataclasses import dataclass, field
 from itertools import accumulate
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from ticketing import redis as r
+from ticketing import store
 
 _refresh_seconds = settings.QUEUE_LINE_REFRESH_MS / 1000
+
+
+class PollReply(NamedTuple):
+    """A poll's answer, from Redis (lua/poll.lua, whose header names these fields
+    in this order: checked when its caller is made) or from the copy of the line.
+    Built here for both, so that no answer puts a field in the wrong slot."""
+
+    state: bytes
+    waiting: int = 0
+    seats: int = 0
+    status: bytes = b""
+    detail: Any = None  # as the state says: a rank, a window end, a reservation id
+    rate: bytes = b"0"
+    opens_at: Any = None  # the scheduled start (ms), or None
+    prequeue: int = 0  # 1 for a number of the pre-queue
+    position: int = 0  # its drawn position, once drawn
+
+
+class LineState(NamedTuple):
+    """What a refresh reads of a line (lua/line_state.lua, whose header names these
+    fields in this order); `status` None for an unknown event."""
+
+    status: bytes | None
+    gen: bytes = b""
+    rate: bytes = b"0"
+    opens_at: bytes = b""
+    draw: bytes = b""
+    draw_size: bytes = b""
+    seq: bytes = b"0"
+    popped: bytes = b"0"
+    holes: bytes = b"0"
+    seats: bytes = b"0"
+    chunk: bytes = b""
+    length: int = 0
 
 
 @receiver(setting_changed)
@@ -86,21 +120,21 @@ class Line:
     # reply is applied whole, under this lock, and only where the copy stands.
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def apply(self, reply: list, offset: int) -> bool:
+    def apply(self, reply: LineState, offset: int) -> bool:
         """Take in a line_state reply read from log byte `offset`; True when there
         is more to read (the log goes on, or another refresh moved the copy on
         meanwhile, so that this reply's part of the log is not the next one)."""
         with self.lock:
             return self._apply(reply, offset)
 
-    def _apply(self, reply: list, offset: int) -> bool:
+    def _apply(self, reply: LineState, offset: int) -> bool:
         if offset != self.log_read:
             return True
-        if reply[0] is None:
+        if reply.status is None:
             self.found = False
             return False
-        status, gen, rate, opens_at, draw, size, seq, popped, holes, seats, chunk, length = reply
-        gen = bytes.fromhex(gen.decode())
+        chunk, length = reply.chunk, reply.length
+        gen = bytes.fromhex(reply.gen.decode())
         if gen != self.gen or length < self.log_read:  # a line rebuilt from nothing: start over
             misread = self.log_read != 0  # the chunk is from the old line's offset
             self.bits, self.blocks, self.prefix, self.left_pre, self.positions, self.log_read = (
@@ -114,10 +148,12 @@ class Line:
             self.gen = gen
             if misread:
                 return True
-        self.found, self.status, self.gen, self.admit_rate, self.draw = True, status, gen, rate, draw
-        self.opens_at = int(opens_at) if opens_at else None
-        self.draw_size = int(size) if size else None
-        self.seq, self.popped, self.holes, self.seats = int(seq), int(popped), int(holes), int(seats)
+        self.found, self.status, self.gen = True, reply.status, gen
+        self.admit_rate, self.draw = reply.rate, reply.draw
+        self.opens_at = int(reply.opens_at) if reply.opens_at else None
+        self.draw_size = int(reply.draw_size) if reply.draw_size else None
+        self.seq, self.popped = int(reply.seq), int(reply.popped)
+        self.holes, self.seats = int(reply.holes), int(reply.seats)
         usable = len(chunk) - len(chunk) % 5
         for at in range(0, usable, 5):
             self._left(int.from_bytes(chunk[at : at + 5], "big"))
@@ -175,7 +211,7 @@ class Line:
             return None
         return int.from_bytes(found[at : at + 4], "big")
 
-    def answer(self, token: bytes, number: int) -> list | None:
+    def answer(self, token: bytes, number: int) -> PollReply | None:
         """A poll's answer for a person still waiting behind the head, in the shape
         of lua/poll.lua's reply; None when Redis must answer (see the module)."""
         if not self.found or self.status == b"CLOSED" or token[:2] != self.gen:
@@ -201,33 +237,30 @@ class Line:
                     state = b"DRAWING"
             if state is None:
                 return None
-            return [state, waiting, self.seats, self.status, None, self.admit_rate, self.opens_at, 1, 0]
+            return self._reply(state, waiting, prequeue=1)
         if place <= self.popped or number > self.seq:
             return None  # at or past the head; or joined since the last refresh
         if self.is_left(place):
-            return [
-                b"NOT_FOUND",
-                waiting,
-                self.seats,
-                self.status,
-                None,
-                self.admit_rate,
-                self.opens_at,
-                prequeue,
-                place if prequeue else 0,
-            ]
+            return self._reply(b"NOT_FOUND", waiting, prequeue=prequeue, position=place if prequeue else 0)
         rank = place - self.popped - (self.left_upto(place - 1) - self.left_upto(self.popped))
-        return [
-            b"WAITING",
-            max(waiting, rank),
-            self.seats,
-            self.status,
-            rank,
-            self.admit_rate,
-            self.opens_at,
-            prequeue,
-            place if prequeue else 0,
-        ]
+        return self._reply(
+            b"WAITING", max(waiting, rank), detail=rank, prequeue=prequeue, position=place if prequeue else 0
+        )
+
+    def _reply(
+        self, state: bytes, waiting: int, *, detail: int | None = None, prequeue: int = 0, position: int = 0
+    ) -> PollReply:
+        return PollReply(
+            state=state,
+            waiting=waiting,
+            seats=self.seats,
+            status=self.status,
+            detail=detail,
+            rate=self.admit_rate,
+            opens_at=self.opens_at,
+            prequeue=prequeue,
+            position=position,
+        )
 
 
 _lines: dict[str, Line] = {}
@@ -235,16 +268,18 @@ _locks: dict[str, threading.Lock] = {}
 _pending: dict[tuple[asyncio.AbstractEventLoop, str, Any], asyncio.Future] = {}
 
 
-def _call(line: Line, offset: int) -> tuple[str, list[str], list]:
-    k = r.event_keys(line.event_id)
-    return "line_state", [k.meta, k.seq, k.popped, k.holes, k.seats, k.leftlog], [offset, LOG_CHUNK]
+_LINE_STATE = store.Caller("line_state", passes="offset most", reply=LineState)
+
+
+def _call(line: Line, offset: int) -> store.Call:
+    return _LINE_STATE.call(store.event_keys(line.event_id), offset=offset, most=LOG_CHUNK)
 
 
 def _refresh(line: Line) -> None:
     started = time.monotonic()
     while True:
         offset = line.log_read
-        if not line.apply(r.run(*_call(line, offset)), offset):
+        if not line.apply(store.run(_call(line, offset)), offset):
             break
     line.read_at = started
 
@@ -253,7 +288,7 @@ async def _arefresh(line: Line) -> None:
     started = time.monotonic()
     while True:
         offset = line.log_read
-        if not line.apply(await r.arun(*_call(line, offset)), offset):
+        if not line.apply(await store.arun(_call(line, offset)), offset):
             break
     line.read_at = started
 
@@ -269,7 +304,7 @@ def _line(event_id: str) -> Line:
 
 def _positions_range(line: Line, chunk: int) -> tuple[str, int, int]:
     return (
-        r.event_keys(line.event_id).drawpos,
+        store.event_keys(line.event_id).drawpos,
         chunk * POSITIONS_CHUNK * 4,
         (chunk + 1) * POSITIONS_CHUNK * 4 - 1,
     )
@@ -297,7 +332,7 @@ def current(event_id: str, number: int = 0) -> Line:
         with _locks.setdefault(event_id, threading.Lock()):
             if chunk not in line.positions:
                 gen = line.gen
-                _took_positions(line, chunk, gen, r.client().getrange(*_positions_range(line, chunk)))
+                _took_positions(line, chunk, gen, store.client().getrange(*_positions_range(line, chunk)))
     return line
 
 
@@ -332,7 +367,7 @@ async def acurrent(event_id: str, number: int = 0) -> Line:
 
         async def read() -> None:
             gen = line.gen
-            found = await r.batcher().execute("GETRANGE", *_positions_range(line, chunk))
+            found = await store.batcher().execute("GETRANGE", *_positions_range(line, chunk))
             _took_positions(line, chunk, gen, found)
 
         await _once(event_id, chunk, read)

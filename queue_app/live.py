@@ -14,7 +14,7 @@ from django.db.models import Count, QuerySet
 from django.db.models.functions import Trunc
 from django.utils import timezone
 
-from ticketing import redis as r
+from ticketing import store
 
 SAMPLES = 1800  # 30 minutes of one tick a second
 BUCKET_SECONDS = 10  # the charts' resolution
@@ -32,16 +32,16 @@ def record(samples: dict[str, tuple[int, int]], second: int | None = None) -> No
     if not samples:
         return
     second = int(time.time()) if second is None else second
-    pipe = r.client().pipeline(transaction=False)
+    pipe = store.client().pipeline(transaction=False)
     for event_id, (waiting, admitted) in samples.items():
-        key = r.event_keys(event_id).live
+        key = store.event_keys(event_id).live
         pipe.lpush(key, f"{second}:{waiting}:{admitted}").ltrim(key, 0, SAMPLES - 1)
     pipe.execute()
 
 
 def samples(event_id: str) -> list[Sample]:
     """The event's samples of the last 30 minutes, oldest first."""
-    raw = r.client().lrange(r.event_keys(event_id).live, 0, SAMPLES - 1)
+    raw = store.client().lrange(store.event_keys(event_id).live, 0, SAMPLES - 1)
     since = int(time.time()) - SAMPLES
     parsed = (Sample(*map(int, item.split(b":"))) for item in reversed(raw))
     return [s for s in parsed if s.second > since]

@@ -1,13 +1,13 @@
 from celery import shared_task
 
-from queue_app import draw, services
+from queue_app import admission, draw
 
 
 @shared_task(ignore_result=True)
 def admit_tick() -> dict[str, int]:
     """Beat's per-second tick: admit for every OPEN event, and start the draw of
     every event whose scheduled start has come. Safe to run redundantly."""
-    ticks = services.events_admit()  # logs one line per event (ticketing/metrics.py)
+    ticks = admission.events_admit()  # logs one line per event (ticketing/metrics.py)
     for tick in ticks:
         if tick.outcome == "DRAW_DUE" and draw.dispatch(tick.event_id):
             draw_pre_queue.delay(tick.event_id)

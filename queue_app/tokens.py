@@ -33,6 +33,7 @@ import hashlib
 import hmac
 import os
 import time
+import uuid
 from dataclasses import dataclass
 from functools import cache, cached_property
 
@@ -40,6 +41,8 @@ from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.crypto import salted_hmac
+
+from ticketing.errors import DomainError, validation_error
 
 _NUMBER = slice(9, 14)
 MAX_NUMBER = 2**40 - 1
@@ -144,3 +147,46 @@ def verify(event_id: str, raw: bytes) -> int | None:
         if hmac.compare_digest(_assemble(head, number, _mac(key, event_id, head, number)), raw):
             return int.from_bytes(number, "big")
     return None
+
+
+# --- The token as the API carries it ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    text: str  # canonical UUID form, as clients see it
+    raw: bytes  # the 16 bytes kept in Redis
+
+    @classmethod
+    def of(cls, raw: bytes) -> "Token":
+        return cls(str(uuid.UUID(bytes=raw)), raw)
+
+
+def parse_token(value: object) -> Token:
+    if value is None or value == "":
+        raise DomainError("MISSING_TOKEN")
+    if not isinstance(value, str) or len(value) > 45:
+        raise validation_error("token must be a UUID string.")
+    if len(value) == 36 and value[8] == value[13] == value[18] == value[23] == "-" and value.islower():
+        # The form this service hands out, as every poll sends it back: read without
+        # building a UUID object.
+        try:
+            raw = bytes.fromhex(value.replace("-", ""))
+        except ValueError:
+            raw = b""  # not hex after all: uuid's own refusal below
+        if len(raw) == 16:  # (fromhex passes over spaces)
+            return Token(value, raw)
+    try:
+        parsed = uuid.UUID(value)
+    except ValueError:
+        raise validation_error("token must be a UUID string.") from None
+    return Token(str(parsed), parsed.bytes)
+
+
+def issued(event_id: str, token: Token) -> int:
+    """The token's arrival number; INVALID_TOKEN when this service did not issue it
+    for this event. Checked before Redis is asked anything."""
+    number = verify(event_id, token.raw)
+    if number is None:
+        raise DomainError("INVALID_TOKEN")
+    return number

@@ -17,6 +17,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from queue_app import draw, services
+from queue_app.events import events_seats_left
 from queue_app.models import Draw, Event, commitment
 from ticketing.errors import DomainError
 
@@ -38,7 +39,7 @@ def event_list(request: HttpRequest) -> HttpResponse:
         ),
         key=lambda event: event.status == Event.Status.CLOSED,
     )
-    seats_left = services.events_seats_left(events)
+    seats_left = events_seats_left(events)
     for event in events:
         event.seats_left = seats_left[event.event_id]
         event.starts_at = event.opens_at if event.opens_at and event.opens_at > now else None

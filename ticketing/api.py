@@ -6,21 +6,24 @@ serializer shapes the answer, its throttle classes limit it, and `extend_schema`
 describes it, errors included. A view that also names an async service in
 `fast_service` is served by the ASGI fast lane (`ticketing/fastlane.py`) from
 these same declarations: the same route, the same fields, the same throttles,
-the same output, without Django's request cycle.
+the same negotiation, the same output, without Django's request cycle. A fast view
+that declares what that lane does not honour (another permission, renderer, parser,
+authentication or versioning) stops the server's start-up (fastlane.HONOURED).
 """
 
 from collections.abc import Awaitable, Callable, Mapping
 from functools import cache
 from typing import Any, ClassVar
 
+from django.http import Http404
 from drf_spectacular.utils import OpenApiResponse, inline_serializer
-from rest_framework import serializers
+from rest_framework import exceptions, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from ticketing import redis as r
-from ticketing.errors import STATUS, describe, envelope
+from ticketing import store
+from ticketing.errors import CODES, STATUS, describe, envelope
 
 
 class Endpoint(APIView):
@@ -32,7 +35,7 @@ class Endpoint(APIView):
     # on Django's lane only.
     fast_service: ClassVar[Callable[..., Awaitable[Any]] | None] = None
     # Error code -> reason: refusals counted per event for the operator (on both
-    # lanes; ticketing.redis.count_refusal).
+    # lanes; ticketing.store.count_refusal).
     counted_refusals: ClassVar[dict[str, str]] = {}
     # For a service that takes a `client` argument (who asks): builds it on the fast
     # lane from the request's meta (peer, X-Forwarded-For). That lane has no
@@ -41,12 +44,16 @@ class Endpoint(APIView):
     fast_client: ClassVar[Callable[[Mapping], Any] | None] = None
 
     def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, Http404):
+            # DRF's negotiation raises it for a ?format= no renderer has; DRF's own
+            # exception handler reads it as NotFound, and so do both lanes.
+            exc = exceptions.NotFound()
         if self.counted_refusals:
             err = describe(exc)
             reason = self.counted_refusals.get(err.code) if err is not None else None
             event_id = self._event_id() if reason else None
             if event_id is not None:
-                r.count_refusal(event_id, reason)
+                store.count_refusal(event_id, reason)
         return super().handle_exception(exc)
 
     def _event_id(self) -> str | None:
@@ -109,47 +116,8 @@ ErrorEnvelope = inline_serializer(
     fields={"success": serializers.BooleanField(help_text="always false here"), "error": ErrorSerializer()},
 )
 
-# What each code means to a client, for the schema's error responses.
-_MEANING = {
-    "VALIDATION_ERROR": "a field is missing, of the wrong type, or out of range",
-    "MISSING_TOKEN": "no token was sent",
-    "EVENT_CLOSED": "the event does not accept this now",
-    "NOT_ACTIVE": "the token is not in its booking window",
-    "INVALID_TOKEN": "the token was not issued by this service for this event",
-    "EVENT_NOT_FOUND": "no such event",
-    "RESERVATION_NOT_FOUND": "no such reservation for this token",
-    "METHOD_NOT_ALLOWED": "another HTTP method is expected",
-    "ALREADY_BOOKED": "the token has booked (reservationId names the booking)",
-    "SOLD_OUT": "no seats left",
-    "INSUFFICIENT_SEATS": "fewer seats left than asked for (remainingSeats says how many)",
-    "ALREADY_CANCELLED": "the reservation was cancelled before",
-    "PAYLOAD_TOO_LARGE": "the body is over 10 KB",
-    "REQUEST_TIMEOUT": "the request did not arrive whole within the server's deadline (10 s by default); "
-    "the connection is closed",
-    "UNSUPPORTED_MEDIA_TYPE": "the body is not application/json",
-    "RATE_LIMIT": "too many requests from this client; wait Retry-After seconds",
-    "TOO_MANY_PLACES": "this client address already holds the event's most live places",
-    "ACCOUNT_REQUIRED": "this event needs a signed-in account (a session cookie)",
-    "EMAIL_UNCONFIRMED": "this event needs an account whose email address is confirmed "
-    "(ACCOUNTS_REQUIRE_CONFIRMED_EMAIL): the link sent from /accounts/confirm/ confirms it",
-    "CSRF_FAILED": "a signed-in request without the X-CSRFToken header of its csrftoken cookie",
-    "PROOF_OF_WORK": "this event needs a solved challenge (GET /api/queue/challenge) in `altcha`; "
-    "it was missing, wrong, expired, used before, or of a challenge easier than the event asks now",
-    "NO_DRAW": "the event has no scheduled start, so no draw",
-    "NOT_DRAWN": "the draw happens at the scheduled start; this is published after it",
-    "RECEIPT_NOT_FOUND": "no place of this draw has this receipt",
-    "BUYER_REQUIRED": "this event caps seats per buyer: name the buyer (`buyerEmail`, or sign in)",
-    "NOT_IN_DRAW": "this place is not in the draw: it joined after the scheduled start, or left",
-    "SEAT_CAP": "this buyer (account or email) would hold more than the event's most seats "
-    "per buyer (seatsAllowed says how many more)",
-    "INTERNAL_ERROR": "a fault of the service; it is logged",
-    "REDIS_UNAVAILABLE": "the waiting room's store is briefly unavailable; try again",
-    "DATABASE_UNAVAILABLE": "the database is briefly unavailable; try again",
-    "BOOKING_NOT_SAVED": "nothing was booked; try again",
-    "BOOKING_PENDING": "the seats are held and the booking is being saved; poll to see it",
-}
 # Every endpoint may answer these.
-COMMON = ("METHOD_NOT_ALLOWED", "INTERNAL_ERROR", "REDIS_UNAVAILABLE")
+COMMON = ("METHOD_NOT_ALLOWED", "NOT_ACCEPTABLE", "INTERNAL_ERROR", "REDIS_UNAVAILABLE")
 
 
 def responses(output: type[serializers.Serializer], *codes: str) -> dict[int, object]:
@@ -160,7 +128,7 @@ def responses(output: type[serializers.Serializer], *codes: str) -> dict[int, ob
         by_status.setdefault(STATUS[code], []).append(code)
     described: dict[int, object] = {200: enveloped(output)}
     for status, found in sorted(by_status.items()):
-        text = "; ".join(f"`{code}`: {_MEANING[code]}" for code in found)
+        text = "; ".join(f"`{code}`: {CODES[code].meaning}" for code in found)
         described[status] = OpenApiResponse(ErrorEnvelope, description=text)
     return described
 

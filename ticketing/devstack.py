@@ -26,10 +26,8 @@ import contextlib
 import fcntl
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -343,22 +341,11 @@ def serve(*, verbose: bool = False) -> int:
 
 
 @contextlib.contextmanager
-def _throwaway_redis() -> Iterator[str]:
-    data_dir = Path(tempfile.mkdtemp(prefix="redis-"))
-    proc, port = servers.start_redis(data_dir, persistent=False)
-    try:
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        servers.stop_redis(proc)
-        shutil.rmtree(data_dir, ignore_errors=True)
-
-
-@contextlib.contextmanager
 def _own_redis() -> Iterator[None]:
     if configured()["redis"]:
         yield
         return
-    with _throwaway_redis() as url:
+    with servers.temporary_redis() as url:
         os.environ["REDIS_URL"] = url
         yield
 
@@ -370,7 +357,7 @@ def _own_broker() -> Iterator[None]:
     if os.environ.get("RABBITMQ_URL"):
         yield
         return
-    with _throwaway_redis() as url:
+    with servers.temporary_redis() as url:
         os.environ["RABBITMQ_URL"] = url
         yield
 

@@ -1,8 +1,9 @@
 """Errors as values with a code, and the one place that turns them into answers.
 
 Services raise `DomainError(code, message, **details)` and know nothing of HTTP.
-`STATUS` maps each code to its HTTP status, for every lane: DRF views (through
-`drf_exception_handler`), the ASGI fast lane (`ticketing/fastlane.py`) and the pages.
+`CODES` holds each code once: its HTTP status, for every lane (DRF views through
+`drf_exception_handler`, the ASGI fast lane `ticketing/fastlane.py`, the pages), its
+meaning for the schema, and the message a refusal carries unless it says more.
 Clients and tests branch on `error.code`, never on the message:
 `{"success": false, "error": {"code": ..., "message": ..., **details}}`.
 """
@@ -10,6 +11,7 @@ Clients and tests branch on `error.code`, never on the message:
 import logging
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import redis
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
@@ -31,54 +33,160 @@ log = logging.getLogger(__name__)
 # 503 and may retry.
 REDIS_ERRORS = (redis.RedisError, redis.exceptions.RedisClusterException)
 
-STATUS: dict[str, int] = {
+
+@dataclass(frozen=True, slots=True)
+class Code:
+    status: int
+    meaning: str  # what it tells a client, for the schema's error responses
+    message: str  # what the envelope says, unless the refusal says more
+
+
+# Every code the service answers, once. Clients and tests branch on the code.
+CODES: dict[str, Code] = {
     # The client's mistakes: nothing changed, fix the request.
-    "VALIDATION_ERROR": 400,
-    "MISSING_TOKEN": 400,
-    "BAD_REQUEST": 400,
-    "BUYER_REQUIRED": 400,
-    "ACCOUNT_REQUIRED": 401,
-    "EVENT_CLOSED": 403,
-    "PROOF_OF_WORK": 403,
-    "EMAIL_UNCONFIRMED": 403,
-    "NOT_ACTIVE": 403,
-    "INVALID_TOKEN": 403,
-    "FORBIDDEN": 403,
-    "CSRF_FAILED": 403,
-    "NOT_FOUND": 404,
-    "EVENT_NOT_FOUND": 404,
-    "RESERVATION_NOT_FOUND": 404,
-    "NO_DRAW": 404,
-    "RECEIPT_NOT_FOUND": 404,
-    "NOT_IN_DRAW": 404,
-    "METHOD_NOT_ALLOWED": 405,
-    "NOT_ACCEPTABLE": 406,
-    "REQUEST_TIMEOUT": 408,
-    "ALREADY_BOOKED": 409,
-    "SOLD_OUT": 409,
-    "INSUFFICIENT_SEATS": 409,
-    "ALREADY_CANCELLED": 409,
-    "SEAT_CAP": 409,
-    "NOT_DRAWN": 409,
-    "PAYLOAD_TOO_LARGE": 413,
-    "UNSUPPORTED_MEDIA_TYPE": 415,
-    "RATE_LIMIT": 429,
-    "TOO_MANY_PLACES": 429,
+    "VALIDATION_ERROR": Code(
+        400, "a field is missing, of the wrong type, or out of range", "The request is not valid."
+    ),
+    "MISSING_TOKEN": Code(400, "no token was sent", "token is required."),
+    "BAD_REQUEST": Code(400, "the request could not be read", "Bad request."),
+    "BUYER_REQUIRED": Code(
+        400,
+        "this event caps seats per buyer: name the buyer (`buyerEmail`, or sign in)",
+        "This event caps the seats per buyer: send buyerEmail, or sign in.",
+    ),
+    "ACCOUNT_REQUIRED": Code(
+        401, "this event needs a signed-in account (a session cookie)", "Sign in to take part in this event."
+    ),
+    "EVENT_CLOSED": Code(403, "the event does not accept this now", "This event's sale is not open."),
+    "PROOF_OF_WORK": Code(
+        403,
+        "this event needs a solved challenge (GET /api/queue/challenge) in `altcha`; it was missing, "
+        "wrong, expired, used before, or of a challenge easier than the event asks now",
+        "This event needs a proof of work: GET /api/queue/challenge.",
+    ),
+    "EMAIL_UNCONFIRMED": Code(
+        403,
+        "this event needs an account whose email address is confirmed (ACCOUNTS_REQUIRE_CONFIRMED_EMAIL): "
+        "the link sent from /accounts/confirm/ confirms it",
+        "Confirm your email address to join this event's line.",
+    ),
+    "NOT_ACTIVE": Code(
+        403,
+        "the token is not in its booking window",
+        "This token is not in its booking window (wait in line, or rejoin).",
+    ),
+    "INVALID_TOKEN": Code(
+        403,
+        "the token was not issued by this service for this event",
+        "This token was not issued for this event.",
+    ),
+    "FORBIDDEN": Code(403, "not allowed", "Forbidden."),
+    "CSRF_FAILED": Code(
+        403,
+        "a signed-in request without the X-CSRFToken header of its csrftoken cookie",
+        "Send the X-CSRFToken header of the page's csrftoken cookie.",
+    ),
+    "NOT_FOUND": Code(404, "no such resource", "No such resource."),
+    "EVENT_NOT_FOUND": Code(404, "no such event", "No such event."),
+    "RESERVATION_NOT_FOUND": Code(
+        404, "no such reservation for this token", "No such reservation for this token."
+    ),
+    "NO_DRAW": Code(
+        404, "the event has no scheduled start, so no draw", "This event has no scheduled start, so no draw."
+    ),
+    "RECEIPT_NOT_FOUND": Code(
+        404, "no place of this draw has this receipt", "No place of this draw has this receipt."
+    ),
+    "NOT_IN_DRAW": Code(
+        404,
+        "this place is not in the draw: it joined after the scheduled start, or left",
+        "This place is not in the draw: it joined after the start, or left.",
+    ),
+    "METHOD_NOT_ALLOWED": Code(405, "another HTTP method is expected", "Method not allowed."),
+    "NOT_ACCEPTABLE": Code(
+        406,
+        "the Accept header names no type this endpoint answers (it answers application/json)",
+        "This endpoint answers application/json.",
+    ),
+    "REQUEST_TIMEOUT": Code(
+        408,
+        "the request did not arrive whole within the server's deadline (10 s by default); "
+        "the connection is closed",
+        "The request did not arrive in time.",
+    ),
+    "ALREADY_BOOKED": Code(
+        409, "the token has booked (reservationId names the booking)", "This token has already booked."
+    ),
+    "SOLD_OUT": Code(409, "no seats left", "Sold out."),
+    "INSUFFICIENT_SEATS": Code(
+        409,
+        "fewer seats left than asked for (remainingSeats says how many)",
+        "Not enough seats left for this booking.",
+    ),
+    "ALREADY_CANCELLED": Code(
+        409, "the reservation was cancelled before", "This reservation was already cancelled."
+    ),
+    "SEAT_CAP": Code(
+        409,
+        "this buyer (account or email) would hold more than the event's most seats per buyer "
+        "(seatsAllowed says how many more)",
+        "This buyer may book no more seats for this event.",
+    ),
+    "NOT_DRAWN": Code(
+        409,
+        "the draw happens at the scheduled start; this is published after it",
+        "The order is drawn at the scheduled start.",
+    ),
+    "PAYLOAD_TOO_LARGE": Code(413, "the body is over 10 KB", "The request body is too large."),
+    "UNSUPPORTED_MEDIA_TYPE": Code(
+        415, "the body is not application/json", "Send the body as application/json."
+    ),
+    "RATE_LIMIT": Code(
+        429, "too many requests from this client; wait Retry-After seconds", "Too many requests; slow down."
+    ),
+    # Shared connections (a household's Wi-Fi, an office, a mobile carrier's NAT) put
+    # many people behind one address: the refusal says so, and what each can do,
+    # without telling them they hold places they may never have taken.
+    "TOO_MANY_PLACES": Code(
+        429,
+        "this client address already holds the event's most live places",
+        "This connection already has as many places in line as this event allows. Connections "
+        "are often shared: by a household, an office, or many people on one mobile carrier. Try "
+        "another connection (for example mobile data instead of Wi-Fi), or try again later: a "
+        "place frees up when someone on this connection leaves the line, books, or their turn ends.",
+    ),
     # The service's own trouble: try again.
-    "INTERNAL_ERROR": 500,
-    "REDIS_UNAVAILABLE": 503,
-    "DATABASE_UNAVAILABLE": 503,
-    "BOOKING_NOT_SAVED": 503,
-    "BOOKING_PENDING": 503,
+    "INTERNAL_ERROR": Code(500, "a fault of the service; it is logged", "Something went wrong on our side."),
+    "REDIS_UNAVAILABLE": Code(
+        503,
+        "the waiting room's store is briefly unavailable; try again",
+        "The waiting room is briefly unavailable; try again.",
+    ),
+    "DATABASE_UNAVAILABLE": Code(
+        503,
+        "the database is briefly unavailable; try again",
+        "The service is briefly unavailable; try again.",
+    ),
+    "BOOKING_NOT_SAVED": Code(503, "nothing was booked; try again", "Nothing was booked; try again."),
+    "BOOKING_PENDING": Code(
+        503,
+        "the seats are held and the booking is being saved; poll to see it",
+        "The booking is being confirmed; poll to see it.",
+    ),
 }
+# Each code's HTTP status, for every lane.
+STATUS: dict[str, int] = {code: c.status for code, c in CODES.items()}
 
 
 class DomainError(Exception):
     """A refusal the client should see: a stable code, a human message, details."""
 
-    def __init__(self, code: str, message: str, *, retry_after: int | None = None, **details: object) -> None:
+    def __init__(
+        self, code: str, message: str | None = None, *, retry_after: int | None = None, **details: object
+    ) -> None:
+        """`message` only where the refusal says more than its code's (CODES)."""
+        message = message or CODES[code].message
         super().__init__(message)
-        assert code in STATUS, code
         self.code = code
         self.message = message
         self.retry_after = retry_after  # seconds, for RATE_LIMIT's Retry-After header
@@ -104,14 +212,12 @@ def envelope(data: dict) -> dict:
     return {"success": True, "data": data}
 
 
-INTERNAL_ERROR = DomainError("INTERNAL_ERROR", "Something went wrong on our side.")
+INTERNAL_ERROR = DomainError("INTERNAL_ERROR")
 
 
 def rate_limited(wait: float | None) -> DomainError:
     """RATE_LIMIT, with Retry-After: the whole seconds until the window ends."""
-    return DomainError(
-        "RATE_LIMIT", "Too many requests; slow down.", retry_after=max(1, math.ceil(wait or 1))
-    )
+    return DomainError("RATE_LIMIT", retry_after=max(1, math.ceil(wait or 1)))
 
 
 def _first_message(detail: object) -> str:
@@ -130,20 +236,20 @@ def describe(exc: Exception) -> DomainError | None:
     if isinstance(exc, DomainError):
         return exc
     if isinstance(exc, RequestDataTooBig):
-        return DomainError("PAYLOAD_TOO_LARGE", "The request body is too large.")
+        return DomainError("PAYLOAD_TOO_LARGE")
     if isinstance(exc, drf.ParseError):
         return validation_error(f"The body is not valid JSON: {exc.detail}")
     if isinstance(exc, drf.UnsupportedMediaType):
-        return DomainError("UNSUPPORTED_MEDIA_TYPE", "Send the body as application/json.")
+        return DomainError("UNSUPPORTED_MEDIA_TYPE")
     if isinstance(exc, drf.MethodNotAllowed):
         return DomainError("METHOD_NOT_ALLOWED", str(exc.detail))
     if isinstance(exc, drf.NotAcceptable):
-        return DomainError("NOT_ACCEPTABLE", "This endpoint answers application/json.")
+        return DomainError("NOT_ACCEPTABLE")
     if isinstance(exc, drf.NotFound):
-        return DomainError("NOT_FOUND", "No such resource.")
+        return DomainError("NOT_FOUND")
     if isinstance(exc, drf.PermissionDenied) and str(exc.detail).startswith("CSRF Failed"):
         # A signed-in request without the page's CSRF token (DRF's SessionAuthentication).
-        return DomainError("CSRF_FAILED", "Send the X-CSRFToken header of the page's csrftoken cookie.")
+        return DomainError("CSRF_FAILED")
     if isinstance(exc, drf.ValidationError):
         return validation_error(_first_message(exc.detail))
     if isinstance(exc, drf.Throttled):
@@ -152,10 +258,10 @@ def describe(exc: Exception) -> DomainError | None:
         return DomainError("BAD_REQUEST", "The request was refused.")
     if isinstance(exc, REDIS_ERRORS):
         log.error("Redis at %s: %r", unreachable.redis_address(), exc)
-        return DomainError("REDIS_UNAVAILABLE", "The waiting room is briefly unavailable; try again.")
+        return DomainError("REDIS_UNAVAILABLE")
     if isinstance(exc, DatabaseError):
         log.error("Postgres at %s: %r", unreachable.database_address(), exc)
-        return DomainError("DATABASE_UNAVAILABLE", "The service is briefly unavailable; try again.")
+        return DomainError("DATABASE_UNAVAILABLE")
     return None
 
 
@@ -186,12 +292,12 @@ def _page(request: HttpRequest, err: DomainError) -> HttpResponse:
 
 
 def handler400(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-    err = (describe(exception) if exception else None) or DomainError("BAD_REQUEST", "Bad request.")
+    err = (describe(exception) if exception else None) or DomainError("BAD_REQUEST")
     return _page(request, err)
 
 
 def handler403(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-    return _page(request, DomainError("FORBIDDEN", "Forbidden."))
+    return _page(request, DomainError("FORBIDDEN"))
 
 
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:

@@ -7,6 +7,9 @@ answers that view's method at that view's path itself:
 
 - the view's `Input` fields read the query string or the JSON body,
 - its throttle classes count (`acheck`, the same Redis limiter),
+- its renderer is chosen as DRF chooses it (`Accept`, `?format=`): what DRF refuses
+  (text/html, application/xml) is refused here in the same words, what it accepts is
+  answered here (but JSON asked with parameters, such as indent, goes to Django's lane),
 - its async service runs (one EVALSHA on redis.asyncio),
 - its `Output` fields shape the answer, which orjson writes.
 
@@ -16,6 +19,11 @@ or missing field, a Host outside ALLOWED_HOSTS), with its body replayed. So ever
 refusal of form is DRF's (or Django's) own answer, and the lane needs no rules of its
 own. Refusals of substance (an unknown event, a closed one, RATE_LIMIT) are
 `DomainError`s, rendered as DRF renders them.
+
+What the lane does in DRF's place (renderers, parsers, permissions, authentication,
+negotiation, versioning) it does for DRF's declarations of it (`HONOURED`). A fast view
+that declares anything else is refused when the routes are read, at start-up: served
+here it would answer by rules it does not declare.
 
 Every request's body, on either lane, is read whole here first, up to the body
 limit (DATA_UPLOAD_MAX_MEMORY_SIZE, whatever the content type; a larger one is
@@ -37,15 +45,22 @@ from django.conf import settings
 from django.core.exceptions import DisallowedHost, ImproperlyConfigured, RequestDataTooBig
 from django.core.signals import setting_changed
 from django.dispatch import receiver
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest
 from django.urls import URLPattern, URLResolver, get_resolver
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from rest_framework import exceptions as drf
 from rest_framework import serializers
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.fields import empty
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.permissions import AllowAny
+from rest_framework.renderers import JSONRenderer
+from rest_framework.settings import api_settings
+from rest_framework.views import APIView
 
-from ticketing import metrics
-from ticketing import redis as r
+from ticketing import metrics, store
 from ticketing.errors import INTERNAL_ERROR, STATUS, DomainError, describe
+from ticketing.parsers import JSONParser
 
 log = logging.getLogger(__name__)
 
@@ -65,15 +80,85 @@ _JSON_TYPES = {
 }
 
 
+# What the lane does in DRF's place, as the DRF declarations that mean it (DRF's
+# defaults, as settings.REST_FRAMEWORK sets them); a fast view may declare one of these.
+HONOURED: dict[str, tuple] = {
+    # orjson writes the envelope, as JSONRenderer would (compact UTF-8; indent is
+    # Django's lane's); `Accept` and `?format=` are negotiated against it.
+    "renderer_classes": ([JSONRenderer],),
+    # A JSON body is read here; any other goes to Django's lane, whose parsers answer.
+    "parser_classes": ([JSONParser],),
+    "permission_classes": ([], [AllowAny]),
+    # The lane has no session: a request with a session cookie goes to Django's lane.
+    "authentication_classes": ([], [SessionAuthentication]),
+    "content_negotiation_class": (DefaultContentNegotiation,),
+    "versioning_class": (None,),
+}
+# APIView's methods that read those declarations: a view that overrides one decides
+# by code the lane does not run.
+_READERS = (
+    "initial",
+    "get_renderers",
+    "get_parsers",
+    "get_permissions",
+    "get_authenticators",
+    "get_content_negotiator",
+    "get_throttles",
+    "perform_content_negotiation",
+    "determine_version",
+    "check_permissions",
+)
+
+
+def _named(value: object) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_named(item) for item in value) + "]"
+    return getattr(value, "__name__", None) or repr(value)
+
+
+def refuse_undeclared(view: type) -> None:
+    """ImproperlyConfigured, naming the view and the declaration, unless the lane
+    honours every declaration of the view."""
+    where = f"{view.__module__}.{view.__qualname__}"
+    for name, honoured in HONOURED.items():
+        value = getattr(view, name)
+        if isinstance(value, (list, tuple)):
+            value = list(value)
+        if value not in honoured:
+            raise ImproperlyConfigured(
+                f"{where}.{name} = {_named(value)}: the fast lane honours only "
+                f"{' or '.join(_named(h) for h in honoured)}. Serve the view on Django's lane "
+                "(no fast_service), or teach ticketing/fastlane.py what it declares."
+            )
+    for name in _READERS:
+        if getattr(view, name) is not getattr(APIView, name):
+            raise ImproperlyConfigured(
+                f"{where}.{name}() is overridden: the fast lane reads the declarations only. "
+                "Serve the view on Django's lane (no fast_service)."
+            )
+
+
 class FastRoute:
     """One view's declarations, read once: what a request costs is a few calls."""
 
-    __slots__ = ("path", "method", "source", "fields", "throttles", "service", "output", "counted", "client")
+    __slots__ = (
+        "path",
+        "method",
+        "source",
+        "fields",
+        "throttles",
+        "service",
+        "output",
+        "counted",
+        "client",
+        "by_session",
+    )
 
     def __init__(self, path: str, view: type) -> None:
         methods = [m for m in ("get", "post", "delete") if hasattr(view, m)]
         if len(methods) != 1:
             raise ValueError(f"{view.__name__}: a fast view serves exactly one method, not {methods}")
+        refuse_undeclared(view)
         self.path = path
         self.method = methods[0].upper()
         self.source = view.source
@@ -83,6 +168,8 @@ class FastRoute:
         self.service = view.fast_service
         self.counted = view.counted_refusals
         self.client = view.fast_client
+        # Who signed in is known on Django's lane only.
+        self.by_session = self.client is not None or SessionAuthentication in view.authentication_classes
         self.output = [
             (name, field.source, _SHOWN_AS_IS.get(type(field)), field.to_representation)
             for name, field in view.Output().fields.items()
@@ -219,17 +306,33 @@ class FastLane:
                 body = await _read_body(scope, receive)
                 if body is None:
                     return  # the client left
-            if not _host_allowed(scope):
+            host = accept = None
+            for name, value in scope["headers"]:
+                if name == b"host":
+                    host = value
+                elif name == b"accept":  # (repeated, joined as Django joins them)
+                    accept = value if accept is None else accept + b"," + value
+            if host is None or not _allowed_host(host):
                 raise _Refused  # Django's lane refuses it, as it refuses any other
-            if route.client is not None and _has_session(scope):
+            if route.by_session and _has_session(scope):
                 raise _Refused  # a signed-in person: Django's lane knows the account
             data = _input(route, scope, body)
-            kwargs = {source: parse(data.get(name, empty)) for name, source, parse in route.fields}
+            # DRF negotiates first: before it reads a field or counts a throttle.
+            fmt = data.get(_FORMAT) if body is None else _format(scope)
+            if fmt or (accept is not None and accept not in _PLAIN_ACCEPTS):
+                refusal = _refusal(accept, fmt or None)
+            else:
+                refusal = None
+            kwargs = {}
+            if refusal is None:
+                kwargs = {source: parse(data.get(name, empty)) for name, source, parse in route.fields}
         except _TooLarge:
             return await _send(send, _TOO_LARGE.status, _JSON, orjson.dumps(_TOO_LARGE.body()))
         except (_Refused, DomainError):
             return await self.django(scope, receive, send, body)
         try:
+            if refusal is not None:
+                raise refusal.with_traceback(None)  # (one instance, remembered: no frames kept)
             # (Every Redis command of the lane is bounded by the batcher's timer.)
             if route.throttles or route.client is not None:
                 meta = _meta(scope)
@@ -251,7 +354,7 @@ class FastLane:
                 log.exception("%s %s failed", scope["method"], scope["path"])
                 err = INTERNAL_ERROR
             elif err.code in route.counted:
-                await r.acount_refusal(kwargs.get("event_id", settings.EVENT_ID), route.counted[err.code])
+                await store.acount_refusal(kwargs.get("event_id", settings.EVENT_ID), route.counted[err.code])
             status, payload = STATUS[err.code], orjson.dumps(err.body())
             headers = _JSON + [(k.lower().encode(), v.encode()) for k, v in err.headers.items()]
         await _send(send, status, headers, payload)
@@ -269,7 +372,7 @@ class FastLane:
                 gc.freeze()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
-                await r.aclose()
+                await store.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
@@ -300,13 +403,60 @@ def _input(route: FastRoute, scope: Scope, body: bytes | None) -> dict:
     return data
 
 
-def _host_allowed(scope: Scope) -> bool:
-    """Whether Django's lane would accept the request's Host; without one (HTTP/1.0)
-    it takes the server's own name, and decides."""
-    for name, value in scope["headers"]:
-        if name == b"host":
-            return _allowed_host(value)
-    return False
+# `Accept` headers DRF answers with JSONRenderer as plain application/json (held to
+# it by a test): no negotiation for them. Without a header DRF reads */*.
+_PLAIN_ACCEPTS = frozenset({b"*/*", b"application/json"})
+_FORMAT = api_settings.URL_FORMAT_OVERRIDE  # ?format=json
+
+
+def _format(scope: Scope) -> str | None:
+    """The `?format=` DRF reads (the last given) beside a body, or None."""
+    query = scope["query_string"]
+    if not _FORMAT or (_FORMAT.encode() not in query and b"%" not in query):
+        return None
+    try:
+        return _query(query.decode("ascii")).get(_FORMAT)
+    except UnicodeDecodeError:
+        raise _Refused from None
+
+
+def _refusal(accept: bytes | None, fmt: str | None) -> DomainError | None:
+    """DRF's refusal of what the request asks for (as Django's lane describes it), or
+    None when DRF answers JSON as this lane writes it; _Refused for JSON that DRF
+    writes otherwise (indented): Django's lane writes it."""
+    verdict = (
+        _negotiate(accept, fmt) if accept is not None and len(accept) > 256 else _remembered(accept, fmt)
+    )
+    if verdict is False:
+        raise _Refused
+    return None if verdict is True else verdict
+
+
+class _Asked:
+    """What DRF's negotiation reads of a request."""
+
+    def __init__(self, accept: bytes | None, fmt: str | None) -> None:
+        self.headers = {} if accept is None else {"accept": accept.decode("latin-1")}
+        self.query_params = {} if fmt is None else {_FORMAT: fmt}
+
+
+_RENDERERS = [renderer() for renderer in HONOURED["renderer_classes"][0]]
+
+
+def _negotiate(accept: bytes | None, fmt: str | None) -> DomainError | bool:
+    """DRF's own negotiation: its refusal, or whether the JSON it writes is the
+    lane's (False: indented, as `application/json; indent=4` asks)."""
+    try:
+        renderer, media_type = DefaultContentNegotiation().select_renderer(_Asked(accept, fmt), _RENDERERS)
+    except Http404:  # a ?format= no renderer has (as DRF's own exception handler reads it)
+        return describe(drf.NotFound())
+    except drf.NotAcceptable as exc:
+        return describe(exc)
+    return renderer.get_indent(media_type, {}) is None
+
+
+# The verdicts on the headers seen most (short ones only: the header is the client's).
+_remembered = lru_cache(maxsize=256)(_negotiate)
 
 
 @lru_cache(maxsize=64)

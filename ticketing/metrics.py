@@ -46,13 +46,16 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from ticketing import redis as r
+from ticketing import store
 from ticketing.errors import REDIS_ERRORS, DomainError
 from ticketing.ratelimit import client_ip
 
 log = logging.getLogger(__name__)
 tick_log = logging.getLogger("ticketing.tick")
 booking_log = logging.getLogger("ticketing.booking")
+
+# A booking's outcome is counted by lua/refused.lua, into the event's metrics hash.
+_REFUSED = store.Caller("refused", passes="refused reason")
 
 T = TypeVar("T")
 
@@ -69,7 +72,7 @@ SHARED_KEY = "ticket:metrics"
 def event_key(event_id: str) -> str:
     """An event's counters: "admitted", "bookings|<outcome>", "reconcile|<kind>".
     Under the event's hash tag, so it goes when the event's keys are purged."""
-    return r.event_keys(event_id).metrics
+    return store.event_keys(event_id).metrics
 
 
 # --- The waiting room's live numbers, registered by queue_app -----------------------
@@ -93,7 +96,7 @@ def _observation(series: str, seconds: float) -> dict[str, int]:
 
 
 def observe_tick(tick_all: Callable[[], list]) -> Callable[[], list]:
-    """Wraps the admission tick of every event (queue_app.services.events_admit):
+    """Wraps the admission tick of every event (queue_app.admission.events_admit):
     the tick's duration, the people admitted per event, and one log line per event."""
 
     @functools.wraps(tick_all)
@@ -114,7 +117,7 @@ def observe_tick(tick_all: Callable[[], list]) -> Callable[[], list]:
                 },
             )
         try:
-            pipe = r.client().pipeline(transaction=False)
+            pipe = store.client().pipeline(transaction=False)
             for tick in ticks:
                 if tick.admitted:  # the event exists: its script just admitted people
                     pipe.hincrby(event_key(tick.event_id), "admitted", tick.admitted)
@@ -170,7 +173,11 @@ def _count_booking(event_id: str, outcome: str) -> None:
     try:
         # lua/refused.lua counts only for an event that exists: a refused booking
         # may name any event id, and a hash per made-up id would fill Redis.
-        r.run("refused", [r.event_keys(event_id).meta, event_key(event_id)], [f"bookings|{outcome}"])
+        store.run(
+            _REFUSED.call(
+                store.event_keys(event_id), refused=event_key(event_id), reason=f"bookings|{outcome}"
+            )
+        )
     except REDIS_ERRORS as exc:
         log.warning("could not count a booking (%s) for %s: %r", outcome, event_id, exc)
 
@@ -181,7 +188,7 @@ def reconcile_corrected(event_id: str, **kinds: int) -> None:
     if not kinds:
         return
     try:
-        pipe = r.client().pipeline(transaction=False)
+        pipe = store.client().pipeline(transaction=False)
         for kind, n in kinds.items():
             pipe.hincrby(event_key(event_id), f"reconcile|{kind}", n)
         pipe.execute()
@@ -229,7 +236,7 @@ class _Pending:
         if not counts:
             return
         try:
-            pipe = r.client().pipeline(transaction=False)
+            pipe = store.client().pipeline(transaction=False)
             for field, n in counts.items():
                 pipe.hincrby(SHARED_KEY, field, n)
             pipe.execute()
@@ -281,11 +288,11 @@ class RedisCollector(Collector):
 
     def collect(self) -> Iterator:
         _pending.flush()  # this process's own requests, so that a scrape sees them at once
-        client = r.client()
-        events = sorted(e.decode() for e in client.smembers(r.EVENTS_KEY))
+        client = store.client()
+        events = sorted(e.decode() for e in client.smembers(store.EVENTS_KEY))
         pipe = client.pipeline(transaction=False)
         for event_id in events:
-            pipe.xlen(r.event_keys(event_id).outbox).hgetall(event_key(event_id))
+            pipe.xlen(store.event_keys(event_id).outbox).hgetall(event_key(event_id))
         pipe.hgetall(SHARED_KEY)
         *per_event, shared = pipe.execute()
 

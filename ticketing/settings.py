@@ -198,10 +198,10 @@ else:
     # Commands that reach no server still load the settings: an address nothing answers.
     REDIS_URL = _not_running("REDIS_URL") or "redis://stack-not-running.invalid:6379/0"
 # REDIS_URL names one node of a Redis Cluster, from which the others are found:
-# ticketing/redis.py then uses redis-py's cluster clients (sync and asyncio).
+# ticketing/store/clients.py then uses redis-py's cluster clients (sync and asyncio).
 REDIS_CLUSTER = _bool("REDIS_CLUSTER", False)
 
-# The options of every Redis client (ticketing/redis.py builds its cluster clients
+# The options of every Redis client (ticketing/store/clients.py builds its cluster clients
 # with them too; django-redis' cache is not cluster aware and is not used then).
 CACHES = {
     "default": {

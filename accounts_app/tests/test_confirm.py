@@ -14,8 +14,9 @@ from django.test import Client
 
 from accounts_app import confirm
 from accounts_app.tests.web import PASSWORD
-from conftest import Api, event_state
 from queue_app.tests.test_settings import _start
+from testsupport.clients import Api
+from testsupport.line import event_state
 
 pytestmark = pytest.mark.django_db
 
@@ -143,7 +144,7 @@ def test_the_option_without_a_mail_server_stops_start_up():
 def test_a_mail_server_that_is_away_costs_the_person_no_account(settings, user):
     """The account is made and signed in; the page says the mail did not go, and
     sends it again later."""
-    from conftest import free_port
+    from ticketing.servers import free_port
 
     settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
     settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", free_port()  # nothing listens there

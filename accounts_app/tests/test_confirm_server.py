@@ -9,20 +9,12 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from accounts_app.tests.mailbox import Mailbox
 from accounts_app.tests.web import PASSWORD, Browser
-from conftest import collect_static, server_env, start_gunicorn, stop_gunicorn
+from testsupport.mail import Mailbox
+from testsupport.servers import collect_static, server_env, start_gunicorn, stop_gunicorn
 from ticketing.tests.browser import shot
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(scope="module")
-def mailbox() -> Iterator[Mailbox]:
-    box = Mailbox()
-    box.controller.start()
-    yield box
-    box.controller.stop()
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +80,11 @@ def test_one_mailbox_confirms_one_account(server: str, mailbox: Mailbox, make_ev
 
 @pytest.mark.browser
 def test_the_waiting_room_tells_an_unconfirmed_account_to_confirm(
-    browser, console, server, mailbox, make_event  # noqa: F811
+    browser,
+    console,
+    server,
+    mailbox,
+    make_event,  # noqa: F811
 ):
     """In headless Chromium: sign up, be told on the event's page to confirm, follow
     the link from the mail, and join."""

@@ -11,7 +11,8 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from accounts_app.tests.web import PASSWORD, TOO_MANY_SIGN_INS, TOO_MANY_SIGN_UPS, Browser
-from conftest import CheckedThread, collect_static, server_env, start_gunicorn, stop_gunicorn
+from testsupport import CheckedThread
+from testsupport.servers import collect_static, server_env, start_gunicorn, stop_gunicorn
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,9 +9,9 @@ from django.contrib.auth import get_user_model
 
 from accounts_app import proof
 from accounts_app.tests.web import Browser, solve
-from conftest import CheckedThread
 from queue_app import proof as queue_proof
 from queue_app.models import Event
+from testsupport import CheckedThread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

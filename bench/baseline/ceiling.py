@@ -12,7 +12,7 @@ One worker, where the app runs WEB_CONCURRENCY: req/s compare the set-ups, serve
 per poll compares the code.
 
 The EVALSHAs of one event-loop turn go out as one pipeline, as the app's fast lane
-sends them (ticketing/redis.py Batcher): the ceiling has every trick the app has.
+sends them (ticketing/store/clients.py Batcher): the ceiling has every trick the app has.
 RAW_BATCH=0 awaits each `client.evalsha()` on its own instead.
 """
 
@@ -30,10 +30,22 @@ import redis.asyncio
 from uvicorn_worker import UvicornWorker
 
 # The app's script: bench/run.py names the copy of the code under test (--ref). As
-# ticketing/redis.py sends it: after the lua/lib/ parts it asks for (`-- needs:`).
+# ticketing/store/scripts.py sends it: a prologue binding the names its header
+# declares (`-- KEY meta ...`, `-- ARG token ...`) to KEYS and ARGV, then the
+# lua/lib/ parts it asks for (`-- needs:`), then the script.
 _POLL = Path(os.environ.get("POLL_SCRIPT", "lua/poll.lua"))
+_HEADER = [
+    line.split()[1:3] for line in _POLL.read_bytes().splitlines() if line.split()[1:2] in ([b"KEY"], [b"ARG"])
+]
+_PROLOGUE = [
+    b"local " + b", ".join(name for kind, name in _HEADER if kind == what) + b" = "
+    + b", ".join(b"%s[%d]" % (slot, i + 1) for i in range(sum(kind == what for kind, _ in _HEADER)))
+    for what, slot in ((b"KEY", b"KEYS"), (b"ARG", b"ARGV"))
+    if any(kind == what for kind, _ in _HEADER)
+]  # fmt: skip
 SCRIPT = b"\n".join(
     [
+        *_PROLOGUE,
         *[
             (_POLL.parent / "lib" / f"{line[9:].strip().decode()}.lua").read_bytes()
             for line in _POLL.read_bytes().splitlines()

@@ -43,11 +43,12 @@ from django.test import override_settings
 
 from booking_app import reconcile
 from booking_app.models import Reservation
-from booking_app.tests.conftest import RedisServer
-from conftest import CheckedThread, start_gunicorn
+from queue_app import admission, events
 from queue_app import services as queue
 from queue_app.models import Event
-from ticketing import redis as r
+from testsupport import CheckedThread
+from testsupport.servers import RedisServer, start_gunicorn
+from ticketing import store
 from ticketing.errors import REDIS_ERRORS
 from ticketing.tests.faultproxy import Action, FaultProxy, Message
 
@@ -270,7 +271,7 @@ class Run:
         """A reconcile's own Redis proxy: the cuts, and its SIGKILL when a kill is due
         and it holds the event's reconcile lock, at its `after`-th command since it took
         it (the command is cut before or after it applied, as `action` says)."""
-        lock_key = r.EventKeys(self.event_id).reconciling.encode()
+        lock_key = store.EventKeys(self.event_id).reconciling.encode()
         state = {"token": None, "sent": 0}
 
         def rule(m: Message) -> Action:
@@ -288,7 +289,7 @@ class Run:
         return rule
 
     def _kill_reconcile(self, warm: Warm, token: bytes) -> bool:
-        k = r.EventKeys(self.event_id)
+        k = store.EventKeys(self.event_id)
         client = self.redis.client()
         with self.lock:
             if not self.kills_due or warm.killed or client.get(k.reconciling) != token:
@@ -306,7 +307,7 @@ class Run:
     def _expire_locks(self) -> None:
         """A killed reconcile's lock and recount mark expire as they would, only sooner
         (KILLED_LOCK_MS): called once it is dead, when nobody else can hold them."""
-        k = r.EventKeys(self.event_id)
+        k = store.EventKeys(self.event_id)
         client = self.redis.client()
         for key in (k.reconciling, k.recount):
             if client.pttl(key) > KILLED_LOCK_MS:
@@ -478,7 +479,7 @@ class Run:
         """The admission tick, every second of the sale, as beat runs it."""
         while not stop.wait(1.0):
             try:
-                queue.event_admit(self.event_id)
+                admission.event_admit(self.event_id)
             except REDIS_ERRORS:
                 pass  # Redis is being restarted: the next tick admits
 
@@ -503,7 +504,7 @@ class Run:
 
     def _execute(self) -> None:
         self.pg_proxy, self.redis_proxy = self._proxy("postgres"), self._proxy("redis")
-        self.names = {r.script(name).sha.encode(): name for name in BOOKING_SCRIPTS}
+        self.names = {store.script(name).sha.encode(): name for name in BOOKING_SCRIPTS}
         self.dice = random.Random(self.seed + 1)
         self.forced = {step: (self.dice.randint(1, 5), self.dice.randint(6, 10)) for step in sorted(FORCED)}
         self.pg_proxy.rule = self.redis_proxy.rule = self._cut
@@ -517,9 +518,9 @@ class Run:
                 active_window_seconds=600,
                 max_seats_per_booking=3,
             )
-            queue.event_publish(event)
+            events.event_publish(event)
             tokens = [queue.queue_join(event_id=self.event_id).token for _ in range(self.buyers)]
-            tick = queue.event_admit(self.event_id)
+            tick = admission.event_admit(self.event_id)
             assert tick.admitted == self.buyers, tick
             self._start_commands(plan, rng)
             self.app_log = open(self.workdir / "gunicorn.log", "w")  # noqa: SIM115 - closed in finally
@@ -679,7 +680,7 @@ class Run:
         problems += self._check_rows(rows)
         problems += self._check_answers(rows, after_reconcile=after_reconcile)
 
-        k = r.EventKeys(self.event_id)
+        k = store.EventKeys(self.event_id)
         client = self.redis.client()
         left = int(client.get(k.seats) or 0)
         entries = client.xrange(k.outbox)
@@ -731,7 +732,7 @@ class Run:
         """Every answer against the row it implies (docs/reliability.md, invariant 6).
         Before reconcile, a booking still in the outbox may have no row yet."""
         problems = []
-        k = r.EventKeys(self.event_id)
+        k = store.EventKeys(self.event_id)
         client = self.redis.client()
         lost_line = "flush" in self.flags  # a FLUSHALL took the line (LINE_LOST)
         unknown: set[str] = set()  # tokens with a book answer so far whose outcome is unknown

@@ -4,10 +4,10 @@ import pytest
 
 from booking_app import reconcile
 from booking_app.models import Reservation
-from booking_app.tests.conftest import book, seats_left
-from conftest import unknown_token
-from queue_app import services as queue
-from ticketing import redis as r
+from queue_app import events
+from testsupport.booking import book, seats_left
+from testsupport.line import unknown_token
+from ticketing import store
 
 
 def test_a_booking_is_confirmed_in_postgres(api, make_event, active_tokens, rc):
@@ -25,7 +25,7 @@ def test_a_booking_is_confirmed_in_postgres(api, make_event, active_tokens, rc):
         "Kim",
         "kim@example.com",
     )
-    k = r.EventKeys(event.event_id)
+    k = store.EventKeys(event.event_id)
     assert seats_left(event.event_id) == 7
     assert rc.get(k.booked(token)).decode() == data["reservationId"]
     assert rc.ttl(k.booked(token)) == -1  # kept for the life of the event
@@ -54,7 +54,7 @@ def test_a_booking_confirmed_during_a_recount_leaves_its_outbox_entry_to_reconci
     pending, and the recount would put its seats back on sale."""
     event = make_event(total_seats=10)
     token = active_tokens(event, 1)[0]
-    k = r.EventKeys(event.event_id)
+    k = store.EventKeys(event.event_id)
     rc.set(k.recount, "a recount in progress", px=60_000)
     try:
         status, body = book(api, token, event.event_id, 2)
@@ -106,7 +106,7 @@ def test_a_closed_or_paused_event_refuses_bookings(api, make_event, active_token
     event = make_event(total_seats=10)
     token = active_tokens(event, 1)[0]
     event.status = status_
-    queue.event_publish(event)
+    events.event_publish(event)
     before = snapshot(event.event_id)
     status, body = book(api, token, event.event_id)
     assert (status, body["error"]["code"]) == (403, "EVENT_CLOSED")
@@ -182,7 +182,7 @@ def test_the_refusal_order_follows_the_design(api, make_event, active_tokens):
     book(api, token, event.event_id, 1)
     assert book(api, token, event.event_id, 99)[1]["error"]["code"] == "ALREADY_BOOKED"
     event.status = "CLOSED"
-    queue.event_publish(event)
+    events.event_publish(event)
     assert book(api, token, event.event_id, 1)[1]["error"]["code"] == "EVENT_CLOSED"
 
 
@@ -222,3 +222,26 @@ def test_the_booking_limits_are_on_by_default():
     from ticketing import settings as defaults  # as configured, before the tests' own
 
     assert (defaults.RATE_LIMIT_BOOKING, defaults.RATE_LIMIT_BOOKING_TOKEN) == (10, 2)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_line_and_the_booking_say_the_same_for_the_same_code(api, make_event, active_tokens):
+    """A closed or unknown event reads the same whichever service refused it."""
+    from queue_app.events import event_publish
+    from queue_app.models import Event
+
+    event = make_event(total_seats=10)
+    [token] = active_tokens(event, 1)
+    answers = {}
+    for name, event_id in (("unknown", "no-such-event"), ("closed", event.event_id)):
+        if name == "closed":
+            Event.objects.filter(pk=event.pk).update(status=Event.Status.CLOSED)
+            event_publish(Event.objects.get(pk=event.pk))
+        _, joined = api.call("post", "/api/queue/join", {"eventId": event_id})
+        ticket = token if name == "closed" else unknown_token(event_id)
+        _, booked = api.call("post", "/api/booking", {"eventId": event_id, "token": ticket, "seatCount": 1})
+        answers[name] = (joined["error"], booked["error"])
+    for joined, booked in answers.values():
+        assert joined["code"] == booked["code"] and joined["message"] == booked["message"], (joined, booked)
+    assert answers["unknown"][0]["code"] == "EVENT_NOT_FOUND"
+    assert answers["closed"][0]["code"] == "EVENT_CLOSED"

@@ -4,7 +4,7 @@ text on as few lines as it needs, never broken letter by letter."""
 import pytest
 
 from booking_app import mail
-from booking_app.tests.conftest import book
+from testsupport.booking import book
 from ticketing.tests.browser import lines_of
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -7,9 +7,9 @@ from django.test import override_settings
 from booking_app import reconcile, services
 from booking_app.models import Reservation
 from booking_app.selectors import seats_sold
-from booking_app.tests.conftest import admit_all, book, seats_left
-from conftest import unknown_token
-from ticketing import redis as r
+from testsupport.booking import book, seats_left
+from testsupport.line import admit_all, unknown_token
+from ticketing import store
 
 
 def cancel(api, rid: str, token: str) -> tuple[int, dict]:
@@ -114,7 +114,7 @@ def test_a_cancellation_during_a_recount_leaves_its_seats_to_reconcile(api, make
     event = make_event(total_seats=5)
     token = active_tokens(event, 1)[0]
     rid = book(api, token, event.event_id, 2)[1]["data"]["reservationId"]
-    k = r.EventKeys(event.event_id)
+    k = store.EventKeys(event.event_id)
     rc.set(k.recount, "a recount in progress", px=60_000)
     try:
         assert cancel(api, rid, token)[0] == 200
@@ -148,7 +148,7 @@ def test_the_admin_cancel_action(client, make_event, active_tokens, api):
     assert rids[0].encode() in found.content and rids[1].encode() not in found.content
     found = client.get(f"/admin/booking_app/reservation/?q={tokens[1]}")
     assert rids[1].encode() in found.content and rids[0].encode() not in found.content
-    assert r.client().get(r.EventKeys(event.event_id).booked(tokens[0])) is None
+    assert store.client().get(store.EventKeys(event.event_id).booked(tokens[0])) is None
 
 
 def test_admin_actions_need_their_permission(client, make_event, active_tokens, api):
@@ -172,7 +172,7 @@ def test_admin_actions_need_their_permission(client, make_event, active_tokens, 
         client.post("/admin/queue_app/event/", {"action": action, "_selected_action": [event.pk]})
     event.refresh_from_db()
     assert (event.status, event.protections()) == ("OPEN", [])
-    assert r.client().hget(r.EventKeys(event.event_id).meta, "status") == b"OPEN"
+    assert store.client().hget(store.EventKeys(event.event_id).meta, "status") == b"OPEN"
     # The actions are not offered to it at all.
     page = client.get("/admin/queue_app/event/").content.decode()
     assert "close_events" not in page and "hot_sale" not in page

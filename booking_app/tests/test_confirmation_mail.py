@@ -14,16 +14,18 @@ import requests
 from django.core import mail as outbox
 from django.test import Client
 
-from accounts_app.tests.mailbox import Mailbox
 from accounts_app.tests.web import Browser
 from booking_app import mail, reconcile
 from booking_app.models import Reservation
-from booking_app.tests.conftest import seats_left
 from booking_app.tests.test_pending import NOWHERE
-from conftest import collect_static, free_port, server_env, start_gunicorn, stop_gunicorn
 from queue_app import services as queue
+from queue_app import tokens
 from queue_app.tests.test_beat import Stack, _purge_broker
+from testsupport.booking import seats_left
+from testsupport.mail import Mailbox
+from testsupport.servers import collect_static, server_env, start_gunicorn, stop_gunicorn
 from ticketing.celery import app as celery_app
+from ticketing.servers import free_port
 
 LINK = re.compile(r"https?://\S+/bookings/\S+/")
 
@@ -121,14 +123,6 @@ def test_the_booking_page_shows_and_cancels_the_booking_by_its_signed_link(make_
 
 
 @pytest.fixture(scope="module")
-def mailbox() -> Iterator[Mailbox]:
-    box = Mailbox()
-    box.controller.start()
-    yield box
-    box.controller.stop()
-
-
-@pytest.fixture(scope="module")
 def server(django_db_setup, mailbox: Mailbox, tmp_path_factory) -> Iterator[str]:
     _purge_broker()
     collect_static()
@@ -177,7 +171,7 @@ def test_the_mail_arrives_and_its_link_shows_and_cancels_the_booking(
     )
     assert reader.post(link.path, {}).status == 200
     assert Reservation.objects.get(reservation_id=rid).status == "CANCELLED"
-    assert queue.queue_poll(event_id=event.event_id, token=queue.parse_token(token)).status != "BOOKED"
+    assert queue.queue_poll(event_id=event.event_id, token=tokens.parse_token(token)).status != "BOOKED"
 
 
 @pytest.mark.django_db(transaction=True)

@@ -22,10 +22,11 @@ from django.test import override_settings
 from booking_app import publish, services
 from booking_app.models import Reservation
 from booking_app.selectors import seats_sold
-from booking_app.tests.conftest import book, database_url_of_tests, seats_left
-from conftest import require
 from queue_app.models import Event
-from ticketing import redis as r
+from testsupport import require
+from testsupport.booking import book, seats_left
+from testsupport.servers import database_url_of_tests
+from ticketing import store
 from ticketing.celery import app as celery_app
 
 
@@ -34,7 +35,7 @@ def assert_seats_add_up(event) -> None:
     sold = seats_sold(event.event_id)
     redis_sold = sum(
         Reservation.objects.get(
-            reservation_id=r.client().get(r.EventKeys(event.event_id).booked(str(t))).decode()
+            reservation_id=store.client().get(store.EventKeys(event.event_id).booked(str(t))).decode()
         ).seat_count
         for t in Reservation.objects.filter(event_id=event.event_id, status="CONFIRMED").values_list(
             "token", flat=True
@@ -70,7 +71,7 @@ def test_1000_concurrent_bookings_on_100_seats_sell_exactly_100(postgres, server
     assert seats_sold(event.event_id) == 100
     assert seats_left(event.event_id) == 0
     assert_seats_add_up(event)
-    assert r.client().xlen(r.EventKeys(event.event_id).outbox) == 0
+    assert store.client().xlen(store.EventKeys(event.event_id).outbox) == 0
 
 
 @pytest.mark.django_db(transaction=True)
@@ -113,7 +114,7 @@ def failing_insert(postgres):
 def test_a_failed_postgres_write_gives_the_seats_back(api, make_event, active_tokens, failing_insert, rc):
     event = make_event(total_seats=10)
     token = active_tokens(event, 1)[0]
-    k = r.EventKeys(event.event_id)
+    k = store.EventKeys(event.event_id)
     window = api.poll(token, event.event_id)[1]["data"]["activeExpiresAt"]
     status, body = book(api, token, event.event_id, 3, buyerName="FAIL")
     assert (status, body["error"]["code"]) == (503, "BOOKING_NOT_SAVED")
@@ -138,9 +139,9 @@ def test_a_refused_bookings_give_back_happens_once_whoever_calls_it(
     the entry gives the seats and the window back (lua/release.lua)."""
     event = make_event(total_seats=10)
     token = active_tokens(event, 1)[0]
-    k = r.EventKeys(event.event_id)
+    k = store.EventKeys(event.event_id)
     b = services.Booking(uuid.uuid4(), event.event_id, token, 3, buyer_name="FAIL")
-    outcome, _, entry_id, window_end = r.run(*services.reserve_call(b))
+    outcome, _, entry_id, window_end = store.run(services.reserve_call(b))
     assert outcome == b"OK"
     b = dataclasses.replace(b, window_end=int(window_end))
     decision = services.booking_decide(b)
@@ -165,7 +166,7 @@ def test_a_process_killed_after_the_redis_step_is_made_whole_by_reconcile(
     base, proc = server
     event = make_event(total_seats=10)
     token = active_tokens(event, 1)[0]
-    k = r.EventKeys(event.event_id)
+    k = store.EventKeys(event.event_id)
     # Hold the table so the server's INSERT waits right after its Redis step...
     from django.db import connections
 
@@ -188,7 +189,7 @@ def test_a_process_killed_after_the_redis_step_is_made_whole_by_reconcile(
                 # This transaction would otherwise see the activity as it was at its first look.
                 cur.execute("SELECT pg_stat_clear_snapshot()")
                 cur.execute(f"SELECT count(*) {waiting}")
-                if cur.fetchone()[0] and r.client().xlen(k.outbox):
+                if cur.fetchone()[0] and store.client().xlen(k.outbox):
                     break
                 assert time.monotonic() < deadline, "the server's INSERT never came to wait for the lock"
                 time.sleep(0.02)
@@ -217,8 +218,8 @@ def test_a_process_killed_after_the_redis_step_is_made_whole_by_reconcile(
         "Kim Minji",
         "minji@example.com",
     )
-    assert r.client().get(k.booked(token)).decode() == str(row.reservation_id)
-    assert r.client().xlen(k.outbox) == 0
+    assert store.client().get(k.booked(token)).decode() == str(row.reservation_id)
+    assert store.client().xlen(k.outbox) == 0
     assert_seats_add_up(event)
     call_command("reconcile", event.event_id)  # idempotent
     assert Reservation.objects.count() == 1
@@ -247,7 +248,7 @@ def test_flushall_then_recover_event_never_oversells(redis_server, api, make_eve
     tokens = active_tokens(event, 4)
     booked = {t: book(api, t, event.event_id, 2)[1]["data"]["reservationId"] for t in tokens[:3]}
     assert seats_left(event.event_id) == 4
-    r.client().flushall()  # Redis lost everything
+    store.client().flushall()  # Redis lost everything
     assert api.join(event.event_id)[1]["error"]["code"] == "EVENT_NOT_FOUND"
 
     call_command("recover_event", event.event_id)

@@ -20,11 +20,12 @@ from booking_app import reconcile, services
 from booking_app.models import Reservation
 from booking_app.selectors import seats_sold
 from booking_app.services import Booking, reserve_call
-from booking_app.tests.conftest import book, database_url_of_tests, seats_left
-from conftest import CheckedThread
 from queue_app import tokens
 from queue_app.models import Event
-from ticketing import redis as r
+from testsupport import CheckedThread
+from testsupport.booking import book, seats_left
+from testsupport.servers import database_url_of_tests
+from ticketing import store
 from ticketing.tests.faultproxy import Action, FaultProxy, Message
 
 
@@ -83,7 +84,7 @@ def test_redis_back_from_an_older_snapshot_never_oversells(
 def test_reconcile_heals_a_count_postgres_contradicts(postgres, make_event, active_tokens, api, capsys):
     event = make_event(total_seats=10)
     book(api, active_tokens(event, 1)[0], event.event_id, 1)
-    r.client().incrby(r.EventKeys(event.event_id).seats, 5)  # Redis lost a decrement
+    store.client().incrby(store.EventKeys(event.event_id).seats, 5)  # Redis lost a decrement
     sums = f"{event.event_id}: 9 left + 1 sold + 0 pending + 0 being returned = 10 seats"
     with pytest.raises(CommandError) as healed:
         call_command("reconcile", event.event_id)
@@ -112,7 +113,7 @@ def test_a_cancellation_redis_missed_is_returned_once_after_a_rebuild(
     with override_settings(CACHES=nowhere):
         services.booking_cancel(reservation_id=uuid.UUID(rids[0]))  # Postgres yes, Redis no
     assert seats_left(event.event_id) == 4
-    r.client().flushall()  # and then Redis lost everything
+    store.client().flushall()  # and then Redis lost everything
 
     if rebuild == "recover_event":
         call_command("recover_event", event.event_id)
@@ -127,7 +128,7 @@ def test_a_cancellation_redis_missed_is_returned_once_after_a_rebuild(
         token = str(Reservation.objects.get(reservation_id=rid).token)
         polled = api.poll(token, event.event_id)[1]["data"]
         assert (polled["status"], polled["reservationId"]) == ("BOOKED", rid)
-        assert r.client().ttl(r.EventKeys(event.event_id).booked(token)) == -1
+        assert store.client().ttl(store.EventKeys(event.event_id).booked(token)) == -1
 
 
 # --- reconcile gives a refused booking's seats back once, however many run -----------
@@ -137,8 +138,8 @@ def _stranded_booking(event, token: str, seats: int) -> None:
     """The Redis step of a booking whose process then died: its entry waits in the
     outbox (the same script the request runs)."""
     number = tokens.verify(event.event_id, uuid.UUID(token).bytes)
-    r.client().setbit(r.EventKeys(event.event_id).booked_places, number, 0)  # lost with the mark
-    reply = r.run(*reserve_call(Booking(uuid.uuid4(), event.event_id, token, seats)))
+    store.client().setbit(store.EventKeys(event.event_id).booked_places, number, 0)  # lost with the mark
+    reply = store.run(reserve_call(Booking(uuid.uuid4(), event.event_id, token, seats)))
     assert reply[0] == b"OK", reply
 
 
@@ -150,8 +151,8 @@ def test_parallel_reconciles_give_a_refused_bookings_seats_back_once(
     event = make_event(total_seats=10)
     token = active_tokens(event, 1)[0]
     first = book(api, token, event.event_id, 2)[1]["data"]["reservationId"]
-    k = r.EventKeys(event.event_id)
-    r.client().delete(k.booked(token))  # Redis lost the mark...
+    k = store.EventKeys(event.event_id)
+    store.client().delete(k.booked(token))  # Redis lost the mark...
     _stranded_booking(event, token, 3)  # ...so the token booked again, and its process died
     assert seats_left(event.event_id) == 5
 
@@ -169,8 +170,8 @@ def test_parallel_reconciles_give_a_refused_bookings_seats_back_once(
     assert sum(len(rep.refused) for rep in reports) == 1
     reconcile.booking_reconcile(event.event_id)
     assert seats_left(event.event_id) == 8  # the refused 3 came back once
-    assert r.client().xlen(k.outbox) == 0
-    assert r.client().get(k.booked(token)).decode() == first  # the mark names the real booking
+    assert store.client().xlen(k.outbox) == 0
+    assert store.client().get(k.booked(token)).decode() == first  # the mark names the real booking
     assert seats_sold(event.event_id) == ledger(event.event_id) == 2
 
 
@@ -182,7 +183,7 @@ def test_a_token_that_holds_a_row_cannot_loop_insert_and_undo(postgres, make_eve
     event = make_event(total_seats=10)
     token = active_tokens(event, 1)[0]
     rid = book(api, token, event.event_id, 2)[1]["data"]["reservationId"]
-    k = r.EventKeys(event.event_id)
+    k = store.EventKeys(event.event_id)
     # Redis lost its last second: the mark is gone and the token is active again.
     rc.delete(k.booked(token))
     rc.setbit(k.booked_places, tokens.verify(event.event_id, uuid.UUID(token).bytes), 0)
@@ -307,13 +308,13 @@ def test_a_key_of_the_wrong_type_is_a_503_and_changes_nothing(
 ):
     event = make_event(total_seats=10)
     token = active_tokens(event, 1)[0]
-    k = r.EventKeys(event.event_id)
-    r.client().set(k.popped, "not a number")
+    k = store.EventKeys(event.event_id)
+    store.client().set(k.popped, "not a number")
     before = snapshot(event.event_id)
     _assert_503(_post(app_on_private_redis, "/api/queue/join", {"eventId": event.event_id}))
     assert snapshot(event.event_id) == before  # the arrival counter did not move
 
-    r.client().set(k.outbox, "not a stream")
+    store.client().set(k.outbox, "not a stream")
     before = snapshot(event.event_id)
     _assert_503(
         _post(
@@ -376,7 +377,7 @@ def commits_a_booking(m: Message) -> bool:
 
 
 def runs_script(*names: str) -> Callable[[Message], bool]:
-    shas = {r.script(name).sha.encode() for name in names}
+    shas = {store.script(name).sha.encode() for name in names}
     return lambda m: m.kind == "EVALSHA" and m.args[:1] and m.args[0] in shas
 
 
@@ -398,7 +399,7 @@ def test_a_commit_whose_acknowledgement_was_lost_is_confirmed_not_undone(
     resp = _post(base, "/api/booking", {"token": second, "seatCount": 1, "eventId": event.event_id})
     assert (resp.status_code, resp.json()["error"]["code"]) == (409, "SOLD_OUT")
     assert seats_sold(event.event_id) == ledger(event.event_id) == 4
-    assert r.client().xlen(r.EventKeys(event.event_id).outbox) == 0
+    assert store.client().xlen(store.EventKeys(event.event_id).outbox) == 0
 
 
 @pytest.mark.django_db(transaction=True)
@@ -435,11 +436,11 @@ def test_a_redis_error_after_the_commit_still_answers_confirmed(
     cut.assert_fired_on(redis_proxy)
     assert resp.status_code == 200, resp.text
     rid = resp.json()["data"]["reservationId"]
-    k = r.EventKeys(event.event_id)
-    assert r.client().xlen(k.outbox) == 1  # the leftover is reconcile's
+    k = store.EventKeys(event.event_id)
+    assert store.client().xlen(k.outbox) == 1  # the leftover is reconcile's
     report = reconcile.booking_reconcile(event.event_id)
     assert report.consistent and report.written == []
-    assert r.client().xlen(k.outbox) == 0
+    assert store.client().xlen(k.outbox) == 0
     assert Reservation.objects.get(reservation_id=rid).status == "CONFIRMED"
     assert seats_left(event.event_id) == 2
 
@@ -454,8 +455,8 @@ def test_a_redis_error_inside_a_give_back_never_gives_twice(
     event = make_event(total_seats=10)
     token = active_tokens(event, 1)[0]
     book(api, token, event.event_id, 2)
-    k = r.EventKeys(event.event_id)
-    r.client().delete(k.booked(token))
+    k = store.EventKeys(event.event_id)
+    store.client().delete(k.booked(token))
     _stranded_booking(event, token, 3)  # refused by Postgres when decided: the seats go back
     assert seats_left(event.event_id) == 5
 
@@ -467,7 +468,7 @@ def test_a_redis_error_inside_a_give_back_never_gives_twice(
     reconcile.booking_reconcile(event.event_id)  # the next run, on a healthy connection
     reconcile.booking_reconcile(event.event_id)
     assert seats_left(event.event_id) == 8
-    assert r.client().xlen(k.outbox) == 0
+    assert store.client().xlen(k.outbox) == 0
 
 
 @pytest.mark.django_db(transaction=True)
@@ -479,12 +480,12 @@ def test_outbox_entries_stamped_by_a_clock_that_later_went_back_are_still_settle
     the clock lags. Reconcile settles it at once instead of waiting that out."""
     event = make_event(total_seats=10)
     token = active_tokens(event, 1)[0]
-    k = r.EventKeys(event.event_id)
+    k = store.EventKeys(event.event_id)
     rid = str(uuid.uuid4())
-    ahead = r.now_ms(event.event_id) + 10 * 60_000  # ten minutes ahead of Redis' clock now
-    r.client().decrby(k.seats, 2)
-    r.client().set(k.booked(token), rid)
-    r.client().xadd(
+    ahead = store.now_ms(event.event_id) + 10 * 60_000  # ten minutes ahead of Redis' clock now
+    store.client().decrby(k.seats, 2)
+    store.client().set(k.booked(token), rid)
+    store.client().xadd(
         k.outbox, {"reservationId": rid, "token": token, "seats": 2, "buyerName": "Park"}, id=f"{ahead}-0"
     )
     report = reconcile.booking_reconcile(event.event_id)

@@ -10,10 +10,10 @@ from django.conf import settings
 
 from booking_app import reconcile
 from booking_app.models import Reservation
-from booking_app.tests.conftest import seats_left
-from conftest import database_url_of_tests
 from queue_app.models import Event
 from queue_app.tests.test_beat import Stack, _purge_broker
+from testsupport.booking import seats_left
+from testsupport.servers import database_url_of_tests
 
 NOWHERE = "postgres://postgres@127.0.0.1:1/nowhere"
 

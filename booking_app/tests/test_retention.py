@@ -18,10 +18,11 @@ from booking_app.models import Reservation
 from booking_app.reconcile import booking_reconcile
 from booking_app.retention import PurgeRefused, event_purge, events_purge
 from booking_app.services import Booking, reserve_call
-from booking_app.tests.conftest import book, seats_left
+from queue_app import events
 from queue_app import services as queue
 from queue_app.models import Event
-from ticketing import redis as r
+from testsupport.booking import book, seats_left
+from ticketing import store
 
 
 @pytest.fixture(autouse=True)
@@ -32,7 +33,7 @@ def _settle_at_once(settings) -> None:
 
 
 def redis_keys(event_id: str) -> list[bytes]:
-    return list(r.scan(r.EventKeys(event_id).pattern()))
+    return list(store.scan(store.EventKeys(event_id).pattern()))
 
 
 def a_sale(event, active_tokens, api) -> tuple[str, uuid.UUID]:
@@ -43,7 +44,7 @@ def a_sale(event, active_tokens, api) -> tuple[str, uuid.UUID]:
     for _ in range(4):
         queue.queue_join(event_id=event.event_id)
     stranded = uuid.uuid4()
-    reply = r.run(*reserve_call(Booking(stranded, event.event_id, tokens[1], 1)))
+    reply = store.run(reserve_call(Booking(stranded, event.event_id, tokens[1], 1)))
     assert reply[0] == b"OK"
     return tokens[0], stranded
 
@@ -51,7 +52,7 @@ def a_sale(event, active_tokens, api) -> tuple[str, uuid.UUID]:
 def close(event: Event, *, ago: timedelta = timedelta(0)) -> None:
     event.status = Event.Status.CLOSED
     event.save(update_fields=["status", "updated_at"])
-    queue.event_publish(event, sold=event.seats_sold)
+    events.event_publish(event)
     Event.objects.filter(pk=event.pk).update(closed_at=timezone.now() - ago)
 
 
@@ -66,7 +67,7 @@ def test_a_closed_event_is_purged_after_its_grace_and_postgres_keeps_everything(
 
     assert event.event_id in events_purge()
     assert redis_keys(event.event_id) == []  # no per-token data outlives the event
-    assert not r.client().sismember(r.EVENTS_KEY, event.event_id)
+    assert not store.client().sismember(store.EVENTS_KEY, event.event_id)
     # The stranded booking was decided before the outbox went; every row stays.
     assert Reservation.objects.get(reservation_id=stranded).status == "CONFIRMED"
     assert Reservation.objects.filter(event_id=event.event_id, status="CONFIRMED").count() == 2
@@ -123,12 +124,12 @@ def test_an_undecided_outbox_is_never_purged(postgres, make_event, active_tokens
     event = make_event(total_seats=10)
     _, stranded = a_sale(event, active_tokens, api)
     close(event, ago=timedelta(days=2))
-    k = r.EventKeys(event.event_id)
-    r.client().set(k.reconciling, "another", px=60_000)
+    k = store.EventKeys(event.event_id)
+    store.client().set(k.reconciling, "another", px=60_000)
     with pytest.raises(PurgeRefused, match="not decided"):
         event_purge(event.event_id)
-    assert r.client().xlen(k.outbox) == 1 and r.client().exists(k.meta)
-    r.client().delete(k.reconciling)
+    assert store.client().xlen(k.outbox) == 1 and store.client().exists(k.meta)
+    store.client().delete(k.reconciling)
     event_purge(event.event_id)
     assert Reservation.objects.get(reservation_id=stranded).status == "CONFIRMED"
     assert redis_keys(event.event_id) == []
@@ -137,7 +138,7 @@ def test_an_undecided_outbox_is_never_purged(postgres, make_event, active_tokens
 def _purge_and_reopen_at_once(event_id: str) -> str:
     """`purge_event` and `event_status OPEN` started together, the reopen anywhere in
     the purge's course. Returns which one won."""
-    from conftest import CheckedThread
+    from testsupport import CheckedThread
 
     start = threading.Barrier(2)
     purged = []
@@ -176,14 +177,14 @@ def test_a_purge_racing_a_reopen_never_wipes_the_reopened_event(make_event, acti
     for _ in range(20):
         event = make_event(total_seats=10)
         a_sale(event, active_tokens, api)
-        marks = r.client().pipeline(transaction=False)
+        marks = store.client().pipeline(transaction=False)
         for _ in range(5_000):
-            marks.set(r.EventKeys(event.event_id).booked(str(uuid.uuid4())), str(uuid.uuid4()))
+            marks.set(store.EventKeys(event.event_id).booked(str(uuid.uuid4())), str(uuid.uuid4()))
         marks.execute()
         close(event, ago=timedelta(days=2))
         outcomes.add(_purge_and_reopen_at_once(event.event_id))
         assert Event.objects.get(pk=event.pk).status == Event.Status.OPEN
-        assert r.client().hget(r.EventKeys(event.event_id).meta, "status") == b"OPEN"
+        assert store.client().hget(store.EventKeys(event.event_id).meta, "status") == b"OPEN"
         booking_reconcile(event.event_id)  # (a reopen that came first left the outbox to it)
         assert seats_left(event.event_id) == 10 - Event.objects.get(pk=event.pk).seats_sold == 7
         assert queue.queue_join(event_id=event.event_id).token

@@ -18,11 +18,15 @@ from django.contrib.auth import get_user_model
 
 from booking_app.buyers import email_key
 from booking_app.models import Reservation
-from booking_app.tests.conftest import admit_all, book, database_url_of_tests, seats_left
-from conftest import CheckedThread, event_state
+from queue_app import events
 from queue_app import services as queue
 from queue_app.models import Event
-from ticketing import redis as r
+from queue_app.tokens import parse_token
+from testsupport import CheckedThread
+from testsupport.booking import book, seats_left
+from testsupport.line import admit_all, event_state
+from testsupport.servers import database_url_of_tests
+from ticketing import store
 
 
 @pytest.mark.parametrize(
@@ -58,7 +62,7 @@ def test_an_email_may_not_buy_past_the_cap_across_tokens(postgres, make_event, a
     assert (status, body["error"]["code"], body["error"]["seatsAllowed"]) == (409, "SEAT_CAP", 1)
     # Nothing kept: the seats are back on sale, and the window is back to book fewer.
     assert seats_left(event.event_id) == left
-    assert queue.queue_poll(event_id=event.event_id, token=queue.parse_token(tokens[1])).status == "ACTIVE"
+    assert queue.queue_poll(event_id=event.event_id, token=parse_token(tokens[1])).status == "ACTIVE"
     assert book(api, tokens[1], event.event_id, 1, buyerEmail="foobar+2@googlemail.com")[0] == 200
     assert (
         book(api, tokens[2], event.event_id, 1, buyerEmail="F.OOBAR@gmail.com")[1]["error"]["code"]
@@ -82,7 +86,7 @@ def user(db):
 def test_an_account_may_hold_the_most_seats_per_booking_across_bookings(postgres, make_event, client, user):
     """An account event: the cap defaults to the most per booking; a cancelled
     booking no longer counts."""
-    from conftest import Api
+    from testsupport.clients import Api
 
     event = make_event(total_seats=50, max_seats_per_booking=4, require_account=True, admit_per_second=10)
     client.force_login(user)
@@ -105,7 +109,7 @@ def test_an_account_event_refuses_a_booking_without_a_session(postgres, make_eve
     event = make_event(total_seats=10)
     token = active_tokens(event, 1)[0]
     event.require_account = True
-    queue.event_publish(event)
+    events.event_publish(event)
     left = seats_left(event.event_id)
     status, body = book(api, token, event.event_id, 1)
     assert (status, body["error"]["code"]) == (401, "ACCOUNT_REQUIRED")
@@ -166,7 +170,7 @@ def _hot_sale(make_event, active_tokens, n: int) -> tuple[Event, list[str]]:
     tokens = active_tokens(event, n)
     event.apply_hot_sale()
     event.save()
-    queue.event_publish(event)
+    events.event_publish(event)
     assert event.max_seats_per_buyer == 4
     return event, tokens
 
@@ -217,7 +221,7 @@ def test_one_mailbox_cannot_buy_past_the_cap_in_any_spelling_nor_without_one(
     assert Counter(row.buyer_key for row in confirmed for _ in range(row.seat_count)) == bought
     assert Event.objects.get(pk=event.pk).seats_sold == 8
     assert seats_left(event.event_id) == 92
-    assert r.client().xlen(r.EventKeys(event.event_id).outbox) == 0
+    assert store.client().xlen(store.EventKeys(event.event_id).outbox) == 0
 
 
 @pytest.mark.django_db(transaction=True)
@@ -239,7 +243,7 @@ def test_a_booking_without_a_buyer_on_a_capped_event_changes_nothing(
 
 def test_a_signed_in_account_names_the_buyer(postgres, make_event, active_tokens, client, user):
     """The account is the buyer: no email needed, and the account's cap holds."""
-    from conftest import Api
+    from testsupport.clients import Api
 
     event, tokens = _hot_sale(make_event, active_tokens, 2)
     client.force_login(user)
@@ -255,12 +259,12 @@ def test_the_ledger_refuses_a_booking_without_a_buyer_that_redis_let_through(
     """Redis' copy of the event does not know the cap yet (published before it):
     the seat ledger's trigger refuses the row, and the seats and the window go back."""
     event, (token,) = _hot_sale(make_event, active_tokens, 1)
-    r.client().hdel(r.EventKeys(event.event_id).meta, "maxPerBuyer")
+    store.client().hdel(store.EventKeys(event.event_id).meta, "maxPerBuyer")
     left = seats_left(event.event_id)
     status, body = book(api, token, event.event_id, 2)
     assert (status, body["error"]["code"]) == (400, "BUYER_REQUIRED")
     assert seats_left(event.event_id) == left
-    assert queue.queue_poll(event_id=event.event_id, token=queue.parse_token(token)).status == "ACTIVE"
+    assert queue.queue_poll(event_id=event.event_id, token=parse_token(token)).status == "ACTIVE"
     assert not Reservation.objects.filter(event=event, status=Reservation.Status.CONFIRMED).exists()
     assert book(api, token, event.event_id, 2, buyerEmail="kim@example.com")[0] == 200
 
@@ -297,7 +301,7 @@ def test_a_one_address_script_against_a_hot_sale(postgres, gunicorn, make_event,
     event.apply_hot_sale()
     event.proof_of_work = 500  # the script solves them all: a cheap one keeps the test short
     event.save()
-    queue.event_publish(event)
+    events.event_publish(event)
     base, _ = gunicorn({"DATABASE_URL": database_url_of_tests(), "TRUSTED_PROXIES": "127.0.0.1"})
     n = uuid.uuid4().int
     net = f"2001:db8:{n % 65536:x}:{n // 65536 % 65536:x}"
@@ -315,7 +319,7 @@ def test_a_one_address_script_against_a_hot_sale(postgres, gunicorn, make_event,
         else:  # the cap, or the join rate limit (10 a second) first
             assert answer["error"]["code"] in ("TOO_MANY_PLACES", "RATE_LIMIT")
     assert len(joined) == event.max_places_per_address == 2
-    refusals = queue.event_live_numbers(event.event_id)["joinsRefused"]
+    refusals = events.event_live_numbers(event.event_id)["joinsRefused"]
     assert refusals["cap"] > 0 and sum(refusals.values()) == 38
     admit_all(event.event_id)
     booked = 0
@@ -343,4 +347,4 @@ def test_a_one_address_script_against_a_hot_sale(postgres, gunicorn, make_event,
     assert booked == event.max_seats_per_buyer == 4
     assert Event.objects.get(pk=event.pk).seats_sold == 4
     assert seats_left(event.event_id) == 36
-    assert r.client().xlen(r.EventKeys(event.event_id).outbox) == 0
+    assert store.client().xlen(store.EventKeys(event.event_id).outbox) == 0

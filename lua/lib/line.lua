@@ -1,6 +1,6 @@
 -- The line's shared reading, prepended to each script that says `-- needs: line`
--- (ticketing/redis.py). Nothing here touches a key it is not handed: the scripts
--- pass their KEYS in.
+-- (ticketing/store/scripts.py). Nothing here touches a key it is not handed: the scripts
+-- pass their keys in.
 --
 -- The line is counters, with nothing kept per waiting person (docs/line.md):
 --   seq      the last arrival number issued; a token carries its number

@@ -1,6 +1,6 @@
 import pytest
 
-from conftest import Api
+from testsupport.clients import Api
 
 
 @pytest.fixture

@@ -11,10 +11,11 @@ import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 
-from booking_app.tests.conftest import admit_all, book
-from conftest import Api
-from queue_app import services
+from queue_app import events
 from queue_app.models import Event
+from testsupport.booking import book
+from testsupport.clients import Api
+from testsupport.line import admit_all
 
 KO = {"HTTP_ACCEPT_LANGUAGE": "ko"}
 
@@ -119,7 +120,7 @@ def busy_event(make_event) -> Event:
         proof_of_work=50_000, max_places_per_address=2, max_seats_per_buyer=4
     )
     event.refresh_from_db()
-    services.event_publish(event, sold=event.seats_sold)
+    events.event_publish(event)
     return event
 
 

@@ -6,18 +6,17 @@ import time
 import pytest
 from django.core.management import call_command
 
-from conftest import line_token
-from queue_app import services
-from ticketing import redis as r
+from queue_app import admission, events, services
+from testsupport.line import line_token, next_redis_second
+from ticketing import store
 
 
-def admit(event_id: str) -> services.Tick:
+def admit(event_id: str) -> admission.Tick:
     """One tick in a fresh second: the script runs at most once per Redis second."""
-    tick = services.event_admit(event_id)
+    tick = admission.event_admit(event_id)
     if tick.outcome == "ALREADY_TICKED":
-        seconds, micros = r.client().time()
-        time.sleep(1 - micros / 1e6 + 0.005)
-        tick = services.event_admit(event_id)
+        next_redis_second()
+        tick = admission.event_admit(event_id)
     assert tick.outcome != "ALREADY_TICKED"
     return tick
 
@@ -52,16 +51,16 @@ def test_people_who_left_are_skipped_and_the_order_holds(api, make_event):
     admit(event.event_id)
     assert statuses(api, expected_order, event.event_id) == ["ACTIVE"] * 6
     assert statuses(api, [tokens[0], tokens[3]], event.event_id) == ["NOT_FOUND"] * 2
-    assert int(r.client().get(r.EventKeys(event.event_id).holes)) == 0  # every hole passed
+    assert int(store.client().get(store.EventKeys(event.event_id).holes)) == 0  # every hole passed
 
 
 def test_active_poll_shows_the_window_end(api, make_event, rc):
     event = make_event(active_window_seconds=120)
     token = api.token(event.event_id)
-    before = r.now_ms(event.event_id)
+    before = store.now_ms(event.event_id)
     admit(event.event_id)
     data = api.poll(token, event.event_id)[1]["data"]
-    after = r.now_ms(event.event_id)
+    after = store.now_ms(event.event_id)
     assert data["status"] == "ACTIVE"
     # The window ends 120 s after the tick, on Redis' clock, read before and after it.
     assert before + 120_000 <= data["activeExpiresAt"] <= after + 120_000
@@ -92,11 +91,11 @@ def test_paused_and_closed_events_admit_nobody(api, make_event, status):
     event = make_event()
     tokens = [api.token(event.event_id) for _ in range(3)]
     event.status = status
-    services.event_publish(event)
+    events.event_publish(event)
     tick = admit(event.event_id)
     assert (tick.outcome, tick.admitted) == ("NOT_OPEN", 0)
     event.status = "OPEN"
-    services.event_publish(event)
+    events.event_publish(event)
     assert statuses(api, tokens, event.event_id) == ["WAITING"] * 3
     assert admit(event.event_id).admitted == 3
 
@@ -104,7 +103,7 @@ def test_paused_and_closed_events_admit_nobody(api, make_event, status):
 def test_sold_out_admits_nobody_until_seats_come_back(api, make_event, rc):
     event = make_event(total_seats=2, admit_per_second=5)
     tokens = [api.token(event.event_id) for _ in range(3)]
-    rc.set(r.EventKeys(event.event_id).seats, 0)
+    rc.set(store.EventKeys(event.event_id).seats, 0)
     tick = admit(event.event_id)
     assert (tick.outcome, tick.admitted) == ("SOLD_OUT", 0)
     data = api.poll(tokens[0], event.event_id)[1]["data"]
@@ -114,7 +113,7 @@ def test_sold_out_admits_nobody_until_seats_come_back(api, make_event, rc):
         0,
         None,
     )
-    rc.set(r.EventKeys(event.event_id).seats, 1)  # a cancellation
+    rc.set(store.EventKeys(event.event_id).seats, 1)  # a cancellation
     assert admit(event.event_id).admitted == 3
     assert api.poll(tokens[0], event.event_id)[1]["data"]["soldOut"] is False
 
@@ -145,14 +144,13 @@ def test_two_tickers_in_the_same_second_admit_once(api, make_event):
     for _ in range(40):
         api.token(event.event_id)
     # Start right after a second turns, so all threads land in the same second.
-    seconds, micros = r.client().time()
-    time.sleep(1 - micros / 1e6 + 0.01)
+    next_redis_second(margin=0.01)
     barrier = threading.Barrier(8)
-    ticks: list[services.Tick] = []
+    ticks: list[admission.Tick] = []
 
     def tick() -> None:
         barrier.wait()
-        ticks.append(services.event_admit(event.event_id))
+        ticks.append(admission.event_admit(event.event_id))
 
     threads = [threading.Thread(target=tick) for _ in range(8)]
     for t in threads:
@@ -187,8 +185,7 @@ def test_admit_command_prints_how_many(api, make_event, capsys):
     event = make_event(admit_per_second=2)
     for _ in range(3):
         api.token(event.event_id)
-    seconds, micros = r.client().time()
-    time.sleep(1 - micros / 1e6 + 0.005)
+    next_redis_second()
     call_command("admit", event.event_id)
     assert capsys.readouterr().out.startswith("Admitted 2; 1 waiting, 2 active.")
     call_command("admit", event.event_id)  # the same second: the line as the tick left it
@@ -198,29 +195,30 @@ def test_admit_command_prints_how_many(api, make_event, capsys):
 
 
 def test_the_tick_covers_every_event(api, make_event):
-    events = [make_event(admit_per_second=1) for _ in range(3)]
-    for event in events:
+    sales = [make_event(admit_per_second=1) for _ in range(3)]
+    for event in sales:
         api.token(event.event_id)
-    seconds, micros = r.client().time()
-    time.sleep(1 - micros / 1e6 + 0.005)
-    ticks = {t.event_id: t for t in services.events_admit()}
-    assert all(ticks[e.event_id].admitted == 1 for e in events)
+    next_redis_second()
+    ticks = {t.event_id: t for t in admission.events_admit()}
+    assert all(ticks[e.event_id].admitted == 1 for e in sales)
 
 
 # Two million joins take minutes on a busy two-core machine: the timeout is there to
 # stop a hang, and the test proves exactness and memory, not speed (docs/benchmarks.md).
+# Slow: `make test-slow` runs it, not every `make test`.
+@pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_two_million_waiting_still_admit_exactly_the_batch(make_event, rc):
     event = make_event(admit_per_second=70)
     services.queue_join_many(event_id=event.event_id, count=2_000_000)
-    k = r.EventKeys(event.event_id)
+    k = store.EventKeys(event.event_id)
     for expected_waiting in (2_000_000 - 70, 2_000_000 - 140):
         tick = admit(event.event_id)
         assert (tick.admitted, tick.waiting) == (70, expected_waiting)
     assert int(rc.get(k.active)) == 140
     # The line is counters; per waiting person Redis holds only the 2-byte nonce
     # that tells a number's holder from a holder of the same number after a rollback.
-    held = {name: rc.memory_usage(name, samples=0) for name in r.scan(k.pattern())}
+    held = {name: rc.memory_usage(name, samples=0) for name in store.scan(k.pattern())}
     # (A growing string keeps up to 1 MiB spare, and the allocator rounds up.)
     nonces = held.pop(k.nonces.encode())
     assert nonces < 2.75 * 2_000_000
@@ -231,10 +229,10 @@ def test_fifty_thousand_leavers_ahead_do_not_stall_the_next_tick(make_event):
     """Runs of holes are passed by BITPOS (lua/admit.lua), whatever their length."""
     event = make_event(admit_per_second=70)
     services.queue_join_many(event_id=event.event_id, count=50_100)
-    r.load("leave")
-    pipe = r.event_pipeline(event.event_id)
+    store.load("leave")
+    pipe = store.event_pipeline(event.event_id)
     for n in range(1, 50_001):
-        r.run(*services._leave_call(event.event_id, line_token(event.event_id, n)), on=pipe)
+        store.run(services._leave_call(event.event_id, line_token(event.event_id, n)), on=pipe)
     assert sum(pipe.execute()) == 50_000
     first_behind = line_token(event.event_id, 50_001)
     assert services.queue_poll(event_id=event.event_id, token=first_behind).rank == 1
@@ -242,14 +240,14 @@ def test_fifty_thousand_leavers_ahead_do_not_stall_the_next_tick(make_event):
     tick = admit(event.event_id)
     assert (tick.outcome, tick.admitted, tick.waiting) == ("ADMITTED", 70, 30)
     assert services.queue_poll(event_id=event.event_id, token=first_behind).status == "ACTIVE"
-    k = r.event_keys(event.event_id)
-    assert int(r.client().get(k.holes)) == 0 and int(r.client().get(k.popped)) == 50_070
+    k = store.event_keys(event.event_id)
+    assert int(store.client().get(k.holes)) == 0 and int(store.client().get(k.popped)) == 50_070
 
 
 def _script_loads() -> int:
     """SCRIPT LOAD calls the server has counted (summed over every primary of a cluster)."""
-    info = r.client().info("commandstats")
-    nodes = info.values() if r.clustered() else [info]
+    info = store.client().info("commandstats")
+    nodes = info.values() if store.clustered() else [info]
     return sum(node.get("cmdstat_script|load", {}).get("calls", 0) for node in nodes)
 
 
@@ -257,18 +255,16 @@ def test_the_tick_loads_its_script_only_when_redis_has_lost_it(api, make_event):
     """After a restart or a SCRIPT FLUSH every event of the tick is admitted all the
     same (its script refused NOSCRIPT, loaded, and run again); otherwise a tick sends
     no SCRIPT LOAD."""
-    events = [make_event(admit_per_second=1) for _ in range(2)]
-    for event in events:
+    sales = [make_event(admit_per_second=1) for _ in range(2)]
+    for event in sales:
         api.token(event.event_id)
         api.token(event.event_id)
-    r.client().script_flush()
-    seconds, micros = r.client().time()
-    time.sleep(1 - micros / 1e6 + 0.005)
-    ticks = {t.event_id: t for t in services.events_admit()}
-    assert [(ticks[e.event_id].outcome, ticks[e.event_id].admitted) for e in events] == [("ADMITTED", 1)] * 2
+    store.client().script_flush()
+    next_redis_second()
+    ticks = {t.event_id: t for t in admission.events_admit()}
+    assert [(ticks[e.event_id].outcome, ticks[e.event_id].admitted) for e in sales] == [("ADMITTED", 1)] * 2
     loads = _script_loads()
-    seconds, micros = r.client().time()
-    time.sleep(1 - micros / 1e6 + 0.005)
-    ticks = {t.event_id: t for t in services.events_admit()}
-    assert [ticks[e.event_id].admitted for e in events] == [1, 1]
+    next_redis_second()
+    ticks = {t.event_id: t for t in admission.events_admit()}
+    assert [ticks[e.event_id].admitted for e in sales] == [1, 1]
     assert _script_loads() == loads

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from conftest import database_url_of_tests
-from ticketing import redis as r
+from testsupport.servers import database_url_of_tests
+from ticketing import store
 
 
 class Stack:
@@ -97,7 +97,7 @@ def _purge_broker() -> None:
 
 def _ticks(event_id: str) -> list[tuple[int, int]]:
     """(second, admitted) of each tick, oldest first, from the script's own log."""
-    entries = r.client().lrange(r.EventKeys(event_id).admit_log, 0, -1)
+    entries = store.client().lrange(store.EventKeys(event_id).admit_log, 0, -1)
     return sorted(tuple(int(x) for x in e.split(b":")) for e in entries)
 
 
@@ -156,27 +156,27 @@ def test_the_window_passes_under_the_real_tick(stack, make_event, api):
     assert [api.poll(t, event.event_id)[1]["data"]["status"] for t in tokens] == ["ACTIVE"] * 3
     _wait_until(lambda: api.poll(tokens[0], event.event_id)[1]["data"]["status"] == "EXPIRED", 60)
     # The next ticks clean the active set.
-    _wait_until(lambda: int(r.client().get(r.EventKeys(event.event_id).active)) == 0, 60)
+    _wait_until(lambda: int(store.client().get(store.EventKeys(event.event_id).active)) == 0, 60)
     assert [api.poll(t, event.event_id)[1]["data"]["status"] for t in tokens] == ["EXPIRED"] * 3
 
 
 @pytest.mark.parametrize("status", ["PAUSED", "CLOSED", "SOLD_OUT"])
 def test_the_real_tick_admits_nobody_when_it_should_not(stack, make_event, api, rc, status):
-    from queue_app import services
+    from queue_app import events
 
     event = make_event(total_seats=10)
     token = api.token(event.event_id)
     if status == "SOLD_OUT":
-        rc.set(r.EventKeys(event.event_id).seats, 0)
+        rc.set(store.EventKeys(event.event_id).seats, 0)
     else:
         event.status = status
-        services.event_publish(event)
+        events.event_publish(event)
     _purge_broker()
     stack.worker("worker")
     stack.beat("beat")
     _wait_until(lambda: len(_ticks(event.event_id)) >= 3, 60)
     assert sum(a for _, a in _ticks(event.event_id)) == 0
-    assert int(rc.get(r.EventKeys(event.event_id).active) or 0) == 0
+    assert int(rc.get(store.EventKeys(event.event_id).active) or 0) == 0
     expected = "EXPIRED" if status == "CLOSED" else "WAITING"
     assert api.poll(token, event.event_id)[1]["data"]["status"] == expected
 

@@ -13,7 +13,9 @@ from collections.abc import Iterator
 import pytest
 from django.http import HttpResponse
 
-from conftest import CheckedThread, ServerClient, server_env, start_gunicorn, stop_gunicorn
+from testsupport import CheckedThread
+from testsupport.clients import ServerClient
+from testsupport.servers import server_env, start_gunicorn, stop_gunicorn
 
 CHALLENGES_PER_SECOND = 3
 JOINS_PER_SECOND = 5

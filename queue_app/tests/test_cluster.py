@@ -13,45 +13,46 @@ from django.conf import settings
 from redis.cluster import key_slot
 from redis.exceptions import ClusterDownError, RedisClusterException, SlotNotCoveredError
 
-from booking_app.tests.conftest import book
-from queue_app import services
-from ticketing import redis as r
+from queue_app import admission, events, services
+from queue_app.tokens import parse_token
+from testsupport.booking import book
+from ticketing import store
 
 pytestmark = pytest.mark.cluster
 
 
 def node_of(event_id: str) -> str:
-    return r.client().get_node_from_key(r.event_keys(event_id).meta).name
+    return store.client().get_node_from_key(store.event_keys(event_id).meta).name
 
 
 @pytest.fixture
 def spread(make_event):
     """One event on each primary of the cluster (event ids are tried until every
     node holds one): the hash tag `{eventId}` is what spreads them."""
-    primaries = {node.name for node in r.client().get_primaries()}
+    primaries = {node.name for node in store.client().get_primaries()}
     assert len(primaries) >= 3
-    events = {}
-    while set(events) != primaries:
+    sales = {}
+    while set(sales) != primaries:
         event_id = f"t-{uuid.uuid4().hex[:12]}"
-        if node_of(event_id) not in events:
-            events[node_of(event_id)] = make_event(event_id=event_id, total_seats=10, admit_per_second=5)
-    return list(events.values())
+        if node_of(event_id) not in sales:
+            sales[node_of(event_id)] = make_event(event_id=event_id, total_seats=10, admit_per_second=5)
+    return list(sales.values())
 
 
 def test_the_client_and_the_batcher_are_the_cluster_clients() -> None:
-    assert isinstance(r.client(), redis_lib.cluster.RedisCluster)
+    assert isinstance(store.client(), redis_lib.cluster.RedisCluster)
 
     async def kind() -> type:
-        return type(r.batcher())
+        return type(store.batcher())
 
-    assert asyncio.run(kind()) is r.ClusterBatcher
+    assert asyncio.run(kind()) is store.ClusterBatcher
 
 
 def test_events_on_every_node_each_admit_poll_and_book_at_once(spread, lanes_api) -> None:
     """Joins on both lanes, one admission tick over all events (a pipeline that
     goes node by node), polls and bookings: each event on its own node."""
     tokens = {event.event_id: [lanes_api.token(event.event_id) for _ in range(3)] for event in spread}
-    ticks = {tick.event_id: tick for tick in services.events_admit()}
+    ticks = {tick.event_id: tick for tick in admission.events_admit()}
     for event in spread:
         assert (ticks[event.event_id].outcome, ticks[event.event_id].admitted) == ("ADMITTED", 3)
         for token in tokens[event.event_id]:
@@ -59,7 +60,7 @@ def test_events_on_every_node_each_admit_poll_and_book_at_once(spread, lanes_api
             assert (status, body["data"]["status"]) == (200, "ACTIVE"), body
         status, body = book(lanes_api, tokens[event.event_id][0], event.event_id, seats=2)
         assert status == 200 and body["data"]["status"] == "CONFIRMED", body
-        assert int(r.client().get(r.event_keys(event.event_id).seats)) == 8
+        assert int(store.client().get(store.event_keys(event.event_id).seats)) == 8
 
 
 def test_events_on_every_node_are_served_together_by_one_batcher(spread) -> None:
@@ -72,9 +73,9 @@ def test_events_on_every_node_are_served_together_by_one_batcher(spread) -> None
             *(services.aqueue_join(event_id=event.event_id) for event in spread for _ in range(20))
         )
         polls = await asyncio.gather(
-            *(services.aqueue_poll(event_id=j.event_id, token=services.parse_token(j.token)) for j in joined)
+            *(services.aqueue_poll(event_id=j.event_id, token=parse_token(j.token)) for j in joined)
         )
-        await r.aclose()
+        await store.aclose()
         return list(zip(joined, polls, strict=True))
 
     answers = asyncio.run(main())
@@ -87,22 +88,22 @@ def test_every_script_call_keeps_to_one_slot(spread, api, monkeypatch) -> None:
     """Each script's keys hash to one slot, whichever path calls it: the cluster
     runs a script on one node only."""
     calls: list[tuple[str, list[str]]] = []
-    run, arun = r.run, r.arun
+    run, arun = store.run, store.arun
 
-    def spy_run(name, keys, args, **kwargs):
-        calls.append((name, keys))
-        return run(name, keys, args, **kwargs)
+    def spy_run(call, **kwargs):
+        calls.append((call.script.name, call.keys))
+        return run(call, **kwargs)
 
-    async def spy_arun(name, keys, args):
-        calls.append((name, keys))
-        return await arun(name, keys, args)
+    async def spy_arun(call):
+        calls.append((call.script.name, call.keys))
+        return await arun(call)
 
-    monkeypatch.setattr(r, "run", spy_run)
-    monkeypatch.setattr(r, "arun", spy_arun)
+    monkeypatch.setattr(store, "run", spy_run)
+    monkeypatch.setattr(store, "arun", spy_arun)
     for event in spread:
         token = api.token(event.event_id)
         api.leave(api.token(event.event_id), event.event_id)
-        services.events_admit()
+        admission.events_admit()
         api.poll(token, event.event_id)
         book(api, token, event.event_id)
     assert {name for name, _ in calls} >= {"join", "leave", "admit", "poll", "reserve"}
@@ -112,14 +113,14 @@ def test_every_script_call_keeps_to_one_slot(spread, api, monkeypatch) -> None:
 
 def test_scan_and_wipe_visit_every_node(spread) -> None:
     for event in spread:
-        r.client().set(r.key(event.event_id, "probe"), 1)
-    found = set(r.scan("ticket:{t-*}:probe"))
-    assert found == {r.key(event.event_id, "probe").encode() for event in spread}
-    assert r.delete_matching("ticket:{t-*}:probe") >= len(spread)
-    assert not list(r.scan("ticket:{t-*}:probe"))
+        store.client().set(store.key(event.event_id, "probe"), 1)
+    found = set(store.scan("ticket:{t-*}:probe"))
+    assert found == {store.key(event.event_id, "probe").encode() for event in spread}
+    assert store.delete_matching("ticket:{t-*}:probe") >= len(spread)
+    assert not list(store.scan("ticket:{t-*}:probe"))
     for event in spread:
-        assert services.event_wipe(event.event_id) > 0
-        assert not list(r.scan(r.event_keys(event.event_id).pattern()))
+        assert events.event_wipe(event.event_id) > 0
+        assert not list(store.scan(store.event_keys(event.event_id).pattern()))
 
 
 def test_scripts_come_back_after_one_node_forgets_them(spread, lanes_api) -> None:
@@ -127,12 +128,12 @@ def test_scripts_come_back_after_one_node_forgets_them(spread, lanes_api) -> Non
     path (Django's lane, a pipelined tick) and the fast lane's batcher load the
     script where it is missing and go on."""
     event = spread[0]
-    c = r.client()
-    node = c.get_node_from_key(r.event_keys(event.event_id).meta)
+    c = store.client()
+    node = c.get_node_from_key(store.event_keys(event.event_id).meta)
     token = lanes_api.token(event.event_id)
 
     def there(name: str) -> bool:
-        return c.execute_command("SCRIPT EXISTS", r.script(name).sha, target_nodes=node) == [True]
+        return c.execute_command("SCRIPT EXISTS", store.script(name).sha, target_nodes=node) == [True]
 
     c.execute_command("SCRIPT FLUSH", target_nodes=node)
     assert lanes_api.poll(token, event.event_id)[0] == 200  # the line's refresh
@@ -141,15 +142,15 @@ def test_scripts_come_back_after_one_node_forgets_them(spread, lanes_api) -> Non
     assert lanes_api.token(event.event_id)
     assert there("join")
     c.execute_command("SCRIPT FLUSH", target_nodes=node)
-    assert any(t.event_id == event.event_id and t.outcome == "ADMITTED" for t in services.events_admit())
+    assert any(t.event_id == event.event_id and t.outcome == "ADMITTED" for t in admission.events_admit())
     assert there("admit")
 
 
 def test_now_ms_reads_the_clock_of_the_events_node(spread) -> None:
-    c = r.client()
+    c = store.client()
     for event in spread:
         with mock.patch.object(c, "time", wraps=c.time) as time:
-            now = r.now_ms(event.event_id)
+            now = store.now_ms(event.event_id)
         node = time.call_args.kwargs["target_nodes"]
         assert node.name == node_of(event.event_id)
         seconds, micros = c.time(target_nodes=node)
@@ -160,10 +161,10 @@ def test_a_batched_command_sent_to_a_node_that_no_longer_owns_its_slot_is_redire
     """The batcher's slot map gone stale (a resharding): MOVED, then the command
     goes through the cluster client, which follows it and refreshes the map."""
     event = spread[0]
-    meta = r.event_keys(event.event_id).meta
+    meta = store.event_keys(event.event_id).meta
 
     async def main() -> list:
-        batcher = r.ClusterBatcher(settings.REDIS_URL, {})
+        batcher = store.ClusterBatcher(settings.REDIS_URL, {})
         try:
             assert await batcher.execute("HGET", meta, "status") == b"OPEN"
             manager = batcher.client.nodes_manager
@@ -199,8 +200,8 @@ def test_a_cluster_error_is_answered_503_in_the_envelope(event, lanes_api, monke
     async def afail(*args, **kwargs):
         raise error
 
-    monkeypatch.setattr(r, "run", fail)
-    monkeypatch.setattr(r, "arun", afail)
+    monkeypatch.setattr(store, "run", fail)
+    monkeypatch.setattr(store, "arun", afail)
     status, body = lanes_api.poll(token, event.event_id)
     assert status == 503
     assert body == {

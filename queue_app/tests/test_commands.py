@@ -2,21 +2,21 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from queue_app.models import Event
-from ticketing import redis as r
+from ticketing import store
 
 
 @pytest.fixture
 def event_id(db):
-    from queue_app import services
+    from queue_app import events
 
     event_id = "cmd-test-event"
     yield event_id
-    services.event_wipe(event_id)
-    r.client().srem(r.EVENTS_KEY, event_id)
+    events.event_wipe(event_id)
+    store.client().srem(store.EVENTS_KEY, event_id)
 
 
 def _meta(rc, event_id):
-    return {k.decode(): v.decode() for k, v in rc.hgetall(r.EventKeys(event_id).meta).items()}
+    return {k.decode(): v.decode() for k, v in rc.hgetall(store.EventKeys(event_id).meta).items()}
 
 
 def test_init_event_creates_the_event_and_its_redis_state(event_id, rc, capsys):
@@ -52,36 +52,36 @@ def test_init_event_creates_the_event_and_its_redis_state(event_id, rc, capsys):
         "12",
     )
     assert int(meta["openedAt"]) > 0
-    assert rc.get(r.EventKeys(event_id).seats) == b"30"
-    assert rc.sismember(r.EVENTS_KEY, event_id)
+    assert rc.get(store.EventKeys(event_id).seats) == b"30"
+    assert rc.sismember(store.EVENTS_KEY, event_id)
     assert "Created event" in capsys.readouterr().out
 
 
 def test_init_event_never_overwrites_seats_left(event_id, rc):
     call_command("init_event", event_id, "--seats", "100")
-    rc.decrby(r.EventKeys(event_id).seats, 7)  # seven seats sold
+    rc.decrby(store.EventKeys(event_id).seats, 7)  # seven seats sold
     call_command("init_event", event_id, "--seats", "100", "--batch", "9")
-    assert rc.get(r.EventKeys(event_id).seats) == b"93"
+    assert rc.get(store.EventKeys(event_id).seats) == b"93"
     assert _meta(rc, event_id)["admitPerSecond"] == "9"
     # A new total moves seats left by the difference: the sold ones stay sold.
     call_command("init_event", event_id, "--seats", "110")
-    assert rc.get(r.EventKeys(event_id).seats) == b"103"
+    assert rc.get(store.EventKeys(event_id).seats) == b"103"
 
 
 def test_init_event_refuses_a_total_below_what_is_sold(event_id, rc):
     call_command("init_event", event_id, "--seats", "10")
-    rc.decrby(r.EventKeys(event_id).seats, 8)
+    rc.decrby(store.EventKeys(event_id).seats, 8)
     with pytest.raises(CommandError, match="fewer than already sold"):
         call_command("init_event", event_id, "--seats", "5")
-    assert rc.get(r.EventKeys(event_id).seats) == b"2"
+    assert rc.get(store.EventKeys(event_id).seats) == b"2"
 
 
 def test_init_event_reset_starts_the_event_over(event_id, rc, api):
     call_command("init_event", event_id, "--seats", "50")
     api.token(event_id)
-    rc.decrby(r.EventKeys(event_id).seats, 5)
+    rc.decrby(store.EventKeys(event_id).seats, 5)
     call_command("init_event", event_id, "--reset")
-    assert rc.get(r.EventKeys(event_id).seats) == b"50"
+    assert rc.get(store.EventKeys(event_id).seats) == b"50"
     assert api.poll(api.token(event_id), event_id)[1]["data"]["totalWaiting"] == 1
 
 

@@ -21,10 +21,11 @@ from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
-from conftest import CheckedThread, unknown_token
-from queue_app import draw, services
+from queue_app import admission, draw, events, services, tokens
 from queue_app.models import Draw, Event
-from ticketing import redis as r
+from testsupport import CheckedThread
+from testsupport.line import unknown_token
+from ticketing import store
 
 VERIFY = Path(settings.BASE_DIR) / "docs" / "verify_draw.py"
 
@@ -44,7 +45,7 @@ def scheduled(make_event):
 def one_lane(client):
     """Production's lane only, for what does not depend on the lane (the draw, its
     processes)."""
-    from conftest import Api, LaneClient
+    from testsupport.clients import Api, LaneClient
 
     return Api(LaneClient(client))
 
@@ -53,7 +54,7 @@ def start_now(event: Event) -> None:
     """The start comes: the operator moves it to now (the way the admin publishes it)."""
     Event.objects.filter(pk=event.pk).update(opens_at=timezone.now() - timedelta(milliseconds=5))
     event.refresh_from_db()
-    services.event_publish(event)
+    events.event_publish(event)
 
 
 def published_list(event_id: str) -> list[str]:
@@ -83,7 +84,7 @@ def test_before_the_start_a_join_enters_the_pre_queue(scheduled, api):
         token,
         receipt,
     )
-    assert services.event_admit(event.event_id).outcome == "NOT_OPEN"  # nobody is admitted before
+    assert admission.event_admit(event.event_id).outcome == "NOT_OPEN"  # nobody is admitted before
 
 
 def test_polls_are_told_to_come_back_just_after_the_start(make_event, api):
@@ -97,7 +98,7 @@ def test_the_draw_orders_the_pre_queue_and_later_arrivals_follow(scheduled, api)
     event = scheduled()
     early = [api.join(event.event_id)[1]["data"] for _ in range(12)]
     start_now(event)
-    tick = services.event_admit(event.event_id)
+    tick = admission.event_admit(event.event_id)
     assert (tick.outcome, tick.admitted) == ("DRAW_DUE", 0)
     # The start passed: the pre-queue polls DRAWING; a new arrival is behind all of it.
     assert api.poll(early[0]["token"], event.event_id)[1]["data"]["status"] == "DRAWING"
@@ -128,9 +129,9 @@ def test_the_draw_orders_the_pre_queue_and_later_arrivals_follow(scheduled, api)
     # Admission follows the drawn order, then arrival order.
     Event.objects.filter(pk=event.pk).update(admit_per_second=5)
     event.refresh_from_db()
-    services.event_publish(event)
-    r.client().delete(r.event_keys(event.event_id).tick)
-    assert services.event_admit(event.event_id).admitted == 5
+    events.event_publish(event)
+    store.client().delete(store.event_keys(event.event_id).tick)
+    assert admission.event_admit(event.event_id).admitted == 5
     active = {t for t, p in positions.items() if api.poll(t, event.event_id)[1]["data"]["status"] == "ACTIVE"}
     assert active == {t for t, p in positions.items() if p <= 5}
     call_command("verify_draw", event.event_id)
@@ -141,7 +142,7 @@ def test_a_pre_queue_leaver_is_a_hole_at_their_drawn_position(scheduled, one_lan
     early = [one_lane.join(event.event_id)[1]["data"] for _ in range(8)]
     one_lane.leave(early[3]["token"], event.event_id)
     start_now(event)
-    services.event_admit(event.event_id)
+    admission.event_admit(event.event_id)
     one_lane.leave(early[5]["token"], event.event_id)  # while drawing
     late = one_lane.token(event.event_id)
     assert draw.run(event.event_id).outcome == "DONE"
@@ -158,8 +159,8 @@ def test_a_pre_queue_leaver_is_a_hole_at_their_drawn_position(scheduled, one_lan
         assert data["totalWaiting"] == 7
     assert one_lane.poll(late, event.event_id)[1]["data"]["rank"] == 7
     # Admission skips the holes.
-    r.client().delete(r.event_keys(event.event_id).tick)
-    tick = services.event_admit(event.event_id)
+    store.client().delete(store.event_keys(event.event_id).tick)
+    tick = admission.event_admit(event.event_id)
     assert (tick.admitted, tick.waiting) == (7, 0)
     assert one_lane.poll(late, event.event_id)[1]["data"]["status"] == "ACTIVE"
 
@@ -167,7 +168,7 @@ def test_a_pre_queue_leaver_is_a_hole_at_their_drawn_position(scheduled, one_lan
 def test_joins_racing_the_start_are_each_drawn_or_behind_never_both(scheduled, lane):
     """Threads join while the start passes: every join before the pre-queue closed is
     drawn, every join after it is behind all of them, and none is lost."""
-    from conftest import Api
+    from testsupport.clients import Api
 
     event = scheduled()
     answers: list[dict] = []
@@ -207,9 +208,7 @@ def test_joins_racing_the_start_are_each_drawn_or_behind_never_both(scheduled, l
     ranks = [api.poll(a["token"], event.event_id)[1]["data"]["rank"] for a in later]
     later_ranks = sorted(ranks)
     assert later_ranks == list(range(len(drawn) + 1, len(answers) + 1))
-    by_arrival = sorted(
-        later, key=lambda a: services.issued(event.event_id, services.parse_token(a["token"]))
-    )
+    by_arrival = sorted(later, key=lambda a: tokens.issued(event.event_id, tokens.parse_token(a["token"])))
     assert [api.poll(a["token"], event.event_id)[1]["data"]["rank"] for a in by_arrival] == later_ranks
 
 
@@ -348,13 +347,13 @@ def test_a_draw_killed_before_it_switched_is_run_again_to_the_same_order(schedul
     code = (
         "import os, signal\n"
         "from queue_app import draw\n"
-        "from ticketing import redis as r\n"
-        "real = r.run\n"
-        "def dying(name, *a, **k):\n"
-        "    if name == 'draw_done':\n"
+        "from ticketing import store\n"
+        "real = store.run\n"
+        "def dying(call, **k):\n"
+        "    if call.script.name == 'draw_done':\n"
         "        os.kill(os.getpid(), signal.SIGKILL)\n"
-        "    return real(name, *a, **k)\n"
-        "r.run = dying\n"
+        "    return real(call, **k)\n"
+        "store.run = dying\n"
         f"draw.run({event.event_id!r})\n"
     )
     env = {**os.environ, "DATABASE_URL": _database_url()}
@@ -368,8 +367,8 @@ def test_a_draw_killed_before_it_switched_is_run_again_to_the_same_order(schedul
     first = published_list(event.event_id)
     assert len(first) == 20
     assert one_lane.poll(early[0]["token"], event.event_id)[1]["data"]["status"] == "DRAWING"
-    client = r.client()
-    left_over = [k for k in r.scan(r.key(event.event_id, "queue", "draw", "*"))]
+    client = store.client()
+    left_over = [k for k in store.scan(store.key(event.event_id, "queue", "draw", "*"))]
     assert left_over and all(0 < client.pttl(k) <= 10 * draw.CLAIM_MS for k in left_over)
 
     assert draw.run(event.event_id).outcome == "DONE"
@@ -394,13 +393,13 @@ def test_two_runs_at_once_put_one_order_in_place(scheduled, one_lane):
     for t in threads:
         t.join()
     assert sorted(outcomes) in (["ALREADY", "DONE"], ["DONE", "DONE"])
-    client = r.client()
-    k = r.event_keys(event.event_id)
+    client = store.client()
+    k = store.event_keys(event.event_id)
     assert client.strlen(k.drawpos) == 4 * 300 and not client.exists(k.pre)  # the tokens are let go
     listed = published_list(event.event_id)
     ranks = sorted(one_lane.poll(p["token"], event.event_id)[1]["data"]["rank"] for p in early[:50])
     assert len(set(ranks)) == 50
-    assert not [key for key in r.scan(r.key(event.event_id, "queue", "draw", "*"))]
+    assert not [key for key in store.scan(store.key(event.event_id, "queue", "draw", "*"))]
     assert draw.run(event.event_id).outcome == "DONE"  # a third run changes nothing
     assert published_list(event.event_id) == listed
 
@@ -424,7 +423,7 @@ def test_the_draw_runs_under_the_real_beat_and_worker(make_event, one_lane, tmp_
             return one_lane.poll(early[0]["token"], event.event_id)[1]["data"]["drawPosition"] is not None
 
         _wait_until(drawn, 60)
-        _wait_until(lambda: services.event_live_numbers(event.event_id)["active"] >= 2, 30)
+        _wait_until(lambda: events.event_live_numbers(event.event_id)["active"] >= 2, 30)
     finally:
         stack.close()
     positions = {p["token"]: one_lane.poll(p["token"], event.event_id)[1]["data"] for p in early}
@@ -441,16 +440,16 @@ def _database_url() -> str:
 
 def test_the_schedule_moves_before_the_start_and_stays_after_it(scheduled, one_lane):
     event = scheduled()
-    meta = r.event_keys(event.event_id).meta
+    meta = store.event_keys(event.event_id).meta
     later = timezone.now() + timedelta(hours=2)
     event.opens_at = later
     event.full_clean()
     event.save()
-    services.event_publish(event)
-    assert int(r.client().hget(meta, "opensAt")) == int(later.timestamp() * 1000)
+    events.event_publish(event)
+    assert int(store.client().hget(meta, "opensAt")) == int(later.timestamp() * 1000)
     token = one_lane.token(event.event_id)
     start_now(event)
-    assert services.event_admit(event.event_id).outcome == "DRAW_DUE"
+    assert admission.event_admit(event.event_id).outcome == "DRAW_DUE"
     draw.run(event.event_id)
     # After the start the time is history: the model refuses a change.
     event.refresh_from_db()
@@ -459,19 +458,19 @@ def test_the_schedule_moves_before_the_start_and_stays_after_it(scheduled, one_l
         event.full_clean()
     assert one_lane.poll(token, event.event_id)[1]["data"]["drawPosition"] == 1
     # A Redis that lost the event after its draw rebuilds a first-come line.
-    services.event_wipe(event.event_id)
-    services.event_publish(Event.objects.get(pk=event.pk))
-    assert r.client().hget(meta, "draw") is None
+    events.event_wipe(event.event_id)
+    events.event_publish(Event.objects.get(pk=event.pk))
+    assert store.client().hget(meta, "draw") is None
 
 
 def test_a_line_that_admitted_people_gets_no_start(make_event, one_lane):
     event = make_event(admit_per_second=1)
     one_lane.token(event.event_id)
-    services.event_admit(event.event_id)
+    admission.event_admit(event.event_id)
     event.opens_at = timezone.now() + timedelta(hours=1)
-    with pytest.raises(services.LineStarted):
-        services.event_publish(event)
-    assert r.client().hget(r.event_keys(event.event_id).meta, "draw") is None
+    with pytest.raises(events.LineStarted):
+        events.event_publish(event)
+    assert store.client().hget(store.event_keys(event.event_id).meta, "draw") is None
     with pytest.raises(CommandError, match="joined the line"):
         call_command("init_event", event.event_id, "--opens-at", "+3600")
 
@@ -483,16 +482,16 @@ def test_init_event_schedules_a_start_and_shows_the_commitment(db, capsys):
         out = capsys.readouterr().out
         found = Draw.objects.get(event__event_id=event_id)
         assert found.commitment in out
-        assert r.client().hget(r.event_keys(event_id).meta, "draw") == b"PENDING"
+        assert store.client().hget(store.event_keys(event_id).meta, "draw") == b"PENDING"
         with pytest.raises(CommandError, match="not a time"):
             call_command("init_event", event_id, "--opens-at", "tomorrow")
         with pytest.raises(CommandError, match="future"):
             call_command("init_event", event_id, "--opens-at", "2020-01-01T07:00:00+09:00")
         call_command("init_event", event_id, "--opens-at", "none")
-        assert r.client().hget(r.event_keys(event_id).meta, "draw") is None
+        assert store.client().hget(store.event_keys(event_id).meta, "draw") is None
     finally:
-        services.event_wipe(event_id)
-        r.client().srem(r.EVENTS_KEY, event_id)
+        events.event_wipe(event_id)
+        store.client().srem(store.EVENTS_KEY, event_id)
 
 
 @pytest.mark.parametrize(
@@ -533,7 +532,7 @@ def test_an_empty_pre_queue_draws_nothing_and_the_line_works(scheduled, api):
     late = api.token(event.event_id)
     assert draw.run(event.event_id).outcome == "DONE"
     assert api.poll(late, event.event_id)[1]["data"]["rank"] == 1
-    assert services.event_admit(event.event_id).admitted == 1
+    assert admission.event_admit(event.event_id).admitted == 1
 
 
 @pytest.mark.django_db(transaction=True)
@@ -543,7 +542,7 @@ def test_a_run_begun_before_the_start_reads_ahead_and_draws_at_it(make_event, on
     start and nobody after."""
     event = make_event(opens_at=timezone.now() + timedelta(seconds=2))
     early = [one_lane.join(event.event_id)[1]["data"] for _ in range(20)]
-    assert services.event_admit(event.event_id).outcome == "DRAW_DUE"  # within the lead
+    assert admission.event_admit(event.event_id).outcome == "DRAW_DUE"  # within the lead
     outcome: list[draw.Outcome] = []
     runner = threading.Thread(target=lambda: outcome.append(draw.run(event.event_id)))
     runner.start()
@@ -569,9 +568,9 @@ def test_a_run_for_a_start_moved_later_gives_way(make_event):
     assert draw.dispatch(event.event_id)  # the claim was let go: a later tick dispatches again
 
 
-def _tick(event: Event) -> services.Tick:
-    r.client().delete(r.event_keys(event.event_id).tick)  # no wait for the next second
-    return services.event_admit(event.event_id)
+def _tick(event: Event) -> admission.Tick:
+    store.client().delete(store.event_keys(event.event_id).tick)  # no wait for the next second
+    return admission.event_admit(event.event_id)
 
 
 def test_admission_crosses_from_the_drawn_pre_queue_to_the_later_arrivals(scheduled, one_lane):
@@ -585,8 +584,8 @@ def test_admission_crosses_from_the_drawn_pre_queue_to_the_later_arrivals(schedu
         assert one_lane.leave(token, event.event_id)[1]["data"]["removed"] is True
     Event.objects.filter(pk=event.pk).update(admit_per_second=3)
     event.refresh_from_db()
-    services.event_publish(event)
-    k, client = r.event_keys(event.event_id), r.client()
+    events.event_publish(event)
+    k, client = store.event_keys(event.event_id), store.client()
 
     def active() -> list[str]:
         order = drawn + late
@@ -607,16 +606,16 @@ def test_the_start_of_a_line_people_joined_stays(scheduled, make_event, one_lane
     plain = make_event()
     one_lane.token(plain.event_id)
     plain.opens_at = timezone.now() + timedelta(hours=1)
-    with pytest.raises(services.LineStarted, match="joined the line"):
-        services.event_publish(plain)  # they joined first come, first served
+    with pytest.raises(events.LineStarted, match="joined the line"):
+        events.event_publish(plain)  # they joined first come, first served
     event = scheduled()
     one_lane.token(event.event_id)
     event.opens_at = None
-    with pytest.raises(services.LineStarted, match="start can move, not go"):
-        services.event_publish(event)  # they were promised a draw
+    with pytest.raises(events.LineStarted, match="start can move, not go"):
+        events.event_publish(event)  # they were promised a draw
     event.opens_at = timezone.now() + timedelta(hours=2)
-    services.event_publish(event)  # moving it is fine
-    assert int(r.client().hget(r.event_keys(event.event_id).meta, "opensAt")) == int(
+    events.event_publish(event)  # moving it is fine
+    assert int(store.client().hget(store.event_keys(event.event_id).meta, "opensAt")) == int(
         event.opens_at.timestamp() * 1000
     )
 
@@ -627,21 +626,21 @@ def test_a_run_waiting_for_the_start_keeps_its_claim(make_event):
     event = make_event(opens_at=timezone.now() + timedelta(seconds=30))  # the run waits for it
     services.queue_join(event_id=event.event_id)
     assert draw.dispatch(event.event_id)
-    claim = r.event_keys(event.event_id).draw_claim
+    claim = store.event_keys(event.event_id).draw_claim
     runner = threading.Thread(target=draw.run, args=(event.event_id,))
     runner.start()
-    r.client().pexpire(claim, 10_000)  # as if its last read were long ago
+    store.client().pexpire(claim, 10_000)  # as if its last read were long ago
     deadline = time.monotonic() + 25
-    while r.client().pttl(claim) <= 10_000:  # until renewed while it waits
+    while store.client().pttl(claim) <= 10_000:  # until renewed while it waits
         assert runner.is_alive() and time.monotonic() < deadline, "the claim was not renewed"
         time.sleep(0.01)
     assert not draw.dispatch(event.event_id)
     Event.objects.filter(pk=event.pk).update(opens_at=timezone.now() - timedelta(milliseconds=5))
     event.refresh_from_db()
-    services.event_publish(event)  # the start comes: the run draws and ends
+    events.event_publish(event)  # the start comes: the run draws and ends
     runner.join(60)
     assert not runner.is_alive()
-    assert not r.client().exists(claim)  # let go once done
+    assert not store.client().exists(claim)  # let go once done
 
 
 # --- Signed receipts --------------------------------------------------------------

@@ -6,7 +6,7 @@ import pytest
 from django.conf import settings
 from django.test import override_settings
 
-from conftest import unknown_token
+from testsupport.line import unknown_token
 
 
 def assert_envelope(body: dict, code: str) -> None:
@@ -109,3 +109,16 @@ def test_redis_down_is_503_not_500(api, event):
         resp = api.client.get(f"/api/status/poll?token={stranger}&eventId={event.event_id}")
     assert resp.status_code == 503
     assert_envelope(resp.json(), "REDIS_UNAVAILABLE")
+
+
+def test_each_code_has_one_status_meaning_and_message():
+    from ticketing.errors import CODES, STATUS, DomainError
+
+    assert STATUS == {code: c.status for code, c in CODES.items()}
+    for code, c in CODES.items():
+        assert 400 <= c.status < 600 and c.meaning and c.message.endswith("."), code
+        err = DomainError(code)
+        assert (err.status, err.message) == (c.status, c.message)
+    assert DomainError("SOLD_OUT", "Gone.").message == "Gone."  # a refusal may say more
+    with pytest.raises(KeyError):
+        DomainError("NO_SUCH_CODE")

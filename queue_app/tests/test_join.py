@@ -1,7 +1,7 @@
 import time
 import uuid
 
-from ticketing import redis as r
+from ticketing import store
 
 
 def test_join_gives_a_fresh_token_and_a_place(api, event):
@@ -47,7 +47,7 @@ def test_join_unknown_event_is_404(api, db, snapshot):
     assert status == 404
     assert body == {
         "success": False,
-        "error": {"code": "EVENT_NOT_FOUND", "message": "No event 'no-such-event'."},
+        "error": {"code": "EVENT_NOT_FOUND", "message": "No such event."},
     }
     assert snapshot("no-such-event") == {}
 
@@ -71,10 +71,10 @@ def test_join_paused_event_is_accepted(api, make_event):
 def test_a_place_costs_nothing_in_redis(api, event, rc):
     """The line is counters: joining moves `seq`, and no key is written for the
     person; the token carries their place."""
-    k = r.EventKeys(event.event_id)
-    before = {name: rc.type(name) for name in r.scan(k.pattern())}
+    k = store.EventKeys(event.event_id)
+    before = {name: rc.type(name) for name in store.scan(k.pattern())}
     joined = [api.token(event.event_id) for _ in range(50)]
-    after = {name: rc.type(name) for name in r.scan(k.pattern())}
+    after = {name: rc.type(name) for name in store.scan(k.pattern())}
     # The arrival counter, and 2 random bytes a person (lua/lib/line.lua).
     assert after == {**before, k.seq.encode(): b"string", k.nonces.encode(): b"string"}
     assert int(rc.get(k.seq)) == 50 and rc.strlen(k.nonces) == 2 * 50

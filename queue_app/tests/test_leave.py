@@ -1,4 +1,4 @@
-from conftest import unknown_token
+from testsupport.line import unknown_token
 
 
 def test_leave_removes_a_waiting_token_and_moves_the_line_up(api, event):

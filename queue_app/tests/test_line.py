@@ -14,9 +14,10 @@ import uuid
 import pytest
 
 from booking_app import services as booking
-from conftest import CheckedThread, line_token
-from queue_app import line, services
-from ticketing import redis as r
+from queue_app import admission, events, line, services
+from testsupport import CheckedThread
+from testsupport.line import line_token, next_redis_second
+from ticketing import store
 
 REFRESH_MS = 200
 
@@ -28,7 +29,7 @@ def refreshing(settings) -> None:
 
 
 def _leave_elsewhere(event_id: str, number: int) -> None:
-    r.run(*services._leave_call(event_id, line_token(event_id, number)))
+    store.run(services._leave_call(event_id, line_token(event_id, number)))
 
 
 def test_a_rank_shown_is_never_more_than_one_refresh_behind(make_event, refreshing):
@@ -93,11 +94,10 @@ def test_nobody_is_shown_admitted_or_may_book_before_the_tick_admitted_them(make
     def beat() -> None:
         try:
             for _ in range(3):
-                _, micros = r.client().time()
-                time.sleep(1 - micros / 1e6 + 0.01)  # the next second of Redis' clock
+                next_redis_second(margin=0.01)
                 began = time.monotonic()
-                services.event_admit(event.event_id)
-                ticks.append((began, int(r.client().get(r.event_keys(event.event_id).popped))))
+                admission.event_admit(event.event_id)
+                ticks.append((began, int(store.client().get(store.event_keys(event.event_id).popped))))
             # Until everyone admitted has seen it and the admitted bookers booked (a
             # poller or booker not let in by then fails the assertions below).
             deadline = time.monotonic() + 60
@@ -120,7 +120,7 @@ def test_nobody_is_shown_admitted_or_may_book_before_the_tick_admitted_them(make
         """The Redis step of a booking (lua/reserve.lua), the gate every booking passes."""
         while not done.is_set() and number not in booked_at:
             b = booking.Booking(uuid.uuid4(), event.event_id, people[number - 1].text, 1)
-            outcome = r.run(*booking.reserve_call(b))[0]
+            outcome = store.run(booking.reserve_call(b))[0]
             if outcome == b"OK":
                 booked_at[number] = time.monotonic()
             else:
@@ -144,8 +144,8 @@ def test_nobody_is_shown_admitted_or_may_book_before_the_tick_admitted_them(make
     for number, at in [*active_at.items(), *booked_at.items()]:
         assert at >= admitted_from(number)
     assert 16 not in booked_at  # never admitted: never allowed to book
-    booking_app_outbox = r.event_keys(event.event_id).outbox
-    r.client().delete(booking_app_outbox)  # the three Redis steps, never decided: not this test's
+    booking_app_outbox = store.event_keys(event.event_id).outbox
+    store.client().delete(booking_app_outbox)  # the three Redis steps, never decided: not this test's
 
 
 @pytest.mark.parametrize("lane", ["sync", "async"])
@@ -168,16 +168,16 @@ def test_the_copy_answers_a_drawn_pre_queue_as_redis_does(make_event, lane):
         _leave_elsewhere(event.event_id, n)  # before the start
     Event.objects.filter(pk=event.pk).update(opens_at=timezone.now() - timedelta(milliseconds=5))
     event.refresh_from_db()
-    services.event_publish(event)
-    services.event_admit(event.event_id)  # DRAW_DUE: the pre-queue closes
+    events.event_publish(event)
+    admission.event_admit(event.event_id)  # DRAW_DUE: the pre-queue closes
     _leave_elsewhere(event.event_id, 41)  # while drawing
     services.queue_join_many(event_id=event.event_id, count=30)  # after the start
     assert draw.run(event.event_id).outcome == "DONE"
     people += [line_token(event.event_id, n) for n in range(len(people) + 1, len(people) + 31)]
     _leave_elsewhere(event.event_id, 42)  # after the draw
     _leave_elsewhere(event.event_id, len(people))  # a late arrival
-    r.client().delete(r.event_keys(event.event_id).tick)
-    assert services.event_admit(event.event_id).admitted == 7
+    store.client().delete(store.event_keys(event.event_id).tick)
+    assert admission.event_admit(event.event_id).admitted == 7
 
     def copy(number: int) -> list | None:
         if lane == "sync":
@@ -195,7 +195,7 @@ def test_the_copy_answers_a_drawn_pre_queue_as_redis_does(make_event, lane):
         *range(line.POSITIONS_CHUNK - 5, line.POSITIONS_CHUNK + 5),
         *range(len(people) - 40, len(people) + 1),
     ]:
-        truth = r.run(*services._poll_call(event.event_id, people[number - 1]))
+        truth = store.run(services._poll_call(event.event_id, people[number - 1]))
         mine = copy(number)
         if mine is not None:
             token = people[number - 1]

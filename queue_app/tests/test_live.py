@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from booking_app import services as booking
 from booking_app.models import Reservation
-from booking_app.tests.conftest import admit_all, book
-from conftest import line_token
-from queue_app import live, services
+from queue_app import admission, live, services
+from testsupport.booking import book
+from testsupport.line import admit_all, line_token
 from ticketing.tests.browser import shot
 
 
@@ -29,7 +29,7 @@ def test_the_tick_records_a_sample_per_event(make_event, api):
     for _ in range(5):
         api.token(event.event_id)
     before = int(time.time())
-    services.events_admit()
+    admission.events_admit()
     after = time.time()
     [sample] = live.samples(event.event_id)[-1:]
     assert (sample.waiting, sample.admitted) == (3, 2)
@@ -57,7 +57,7 @@ def test_the_live_json_for_operators(operator, make_event, api):
     tokens = [api.token(event.event_id) for _ in range(3)]
     admit_all(event.event_id)
     book(api, tokens[0], event.event_id, 2)
-    services.events_admit()  # (a sample for the series; in another second it admits nobody)
+    admission.events_admit()  # (a sample for the series; in another second it admits nobody)
     api.token(event.event_id)  # after the tick: waiting, whichever second the tick fell in
     resp = operator.get(f"/admin/queue_app/event/{event.pk}/live.json")
     assert resp.status_code == 200

@@ -8,11 +8,12 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client, override_settings
 
-from booking_app.tests.conftest import admit_all, book
-from queue_app import services
+from queue_app import admission, events, services
 from queue_app.models import Event
 from queue_app.views import token_cookie
-from ticketing import redis as r
+from testsupport.booking import book
+from testsupport.line import admit_all
+from ticketing import store
 
 HTML = {"HTTP_ACCEPT": "text/html"}
 
@@ -40,7 +41,7 @@ def test_the_list_counts_seats_left_from_the_ledger_without_redis_state(client, 
     admit_all(event.event_id)
     assert book(api, token, event.event_id, 2)[0] == 200
     assert "3 seats left" in client.get("/").content.decode()
-    services.event_wipe(event.event_id)
+    events.event_wipe(event.event_id)
     assert "3 seats left" in client.get("/").content.decode()
 
 
@@ -91,7 +92,7 @@ def test_the_booking_form_is_csrf_protected(make_event):
         **HTML,
     )
     assert resp.status_code == 403
-    assert int(r.client().get(r.EventKeys(event.event_id).seats)) == 100
+    assert int(store.client().get(store.EventKeys(event.event_id).seats)) == 100
 
 
 def test_the_booking_form_books_and_validates(client, make_event):
@@ -146,7 +147,7 @@ def test_admin_actions_open_pause_close(operator, make_event, api):
         resp = operator.post("/admin/queue_app/event/", {"action": action, "_selected_action": [event.pk]})
         assert resp.status_code == 302
         assert Event.objects.get(pk=event.pk).status == status
-        assert r.client().hget(r.EventKeys(event.event_id).meta, "status").decode() == status
+        assert store.client().hget(store.EventKeys(event.event_id).meta, "status").decode() == status
         if status == "CLOSED":
             assert api.join(event.event_id)[1]["error"]["code"] == "EVENT_CLOSED"
 
@@ -181,7 +182,7 @@ def test_admin_changes_the_rate_live(operator, make_event, api):
     resp = _change_event(operator, event, admit_per_second=4)
     assert resp.status_code == 302
     admit_all(event.event_id)
-    assert services.event_live_numbers(event.event_id)["active"] == 4  # the next tick used it
+    assert events.event_live_numbers(event.event_id)["active"] == 4  # the next tick used it
 
 
 def test_admin_refuses_fewer_seats_than_sold(operator, make_event, api):
@@ -193,7 +194,7 @@ def test_admin_refuses_fewer_seats_than_sold(operator, make_event, api):
     assert resp.status_code == 200
     assert b"4 seats are already sold" in resp.content
     assert Event.objects.get(pk=event.pk).total_seats == 10
-    assert int(r.client().get(r.EventKeys(event.event_id).seats)) == 6
+    assert int(store.client().get(store.EventKeys(event.event_id).seats)) == 6
 
 
 def test_a_page_is_a_503_while_redis_is_away(client, make_event):
@@ -211,11 +212,11 @@ def test_a_page_is_a_503_while_redis_is_away(client, make_event):
 def test_a_booking_still_being_decided_has_a_page_that_says_so(client, make_event):
     event = make_event()
     token = services.queue_join(event_id=event.event_id).token
-    services.event_admit(event.event_id)
+    admission.event_admit(event.event_id)
     client.cookies[token_cookie(event.event_id)] = token
     rid = str(uuid.uuid4())
     # What BOOKING_PENDING leaves: seats held and the mark set in Redis, no row yet.
-    r.client().set(r.EventKeys(event.event_id).booked(token), rid)
+    store.client().set(store.EventKeys(event.event_id).booked(token), rid)
     resp = client.get(f"/events/{event.event_id}/reservations/{rid}/", **HTML)
     assert resp.status_code == 202
     assert b"Booking being confirmed" in resp.content and b'http-equiv="refresh"' in resp.content
@@ -248,9 +249,9 @@ def test_admin_change_form_sets_the_protections(operator, make_event, api):
     event = make_event()
     resp = _change_event(operator, event, require_account=True, max_places_per_address=4)
     assert resp.status_code == 302
-    meta = r.client().hgetall(r.EventKeys(event.event_id).meta)
+    meta = store.client().hgetall(store.EventKeys(event.event_id).meta)
     assert (meta[b"requireAccount"], meta[b"maxPerAddress"]) == (b"1", b"4")
-    from conftest import Api
+    from testsupport.clients import Api
 
     assert Api(Client()).join(event.event_id)[1]["error"]["code"] == "ACCOUNT_REQUIRED"  # signed out
     page = operator.get(f"/admin/queue_app/event/{event.pk}/change/").content.decode()
@@ -276,7 +277,7 @@ def test_admin_schedules_a_start_and_shows_its_commitment(operator, make_event, 
     assert resp.status_code == 302, resp.content.decode()[:2000]
     event.refresh_from_db()
     assert event.opens_at == when
-    meta = r.client().hgetall(r.EventKeys(event.event_id).meta)
+    meta = store.client().hgetall(store.EventKeys(event.event_id).meta)
     assert (meta[b"draw"], int(meta[b"opensAt"])) == (b"PENDING", int(when.timestamp() * 1000))
     page = operator.get(f"/admin/queue_app/event/{event.pk}/change/").content.decode()
     assert "Scheduled start" in page and event.draw.commitment[:16] in page
@@ -297,7 +298,7 @@ def test_admin_refuses_a_start_in_the_past_or_for_a_line_under_way(operator, mak
     resp = _change_event(operator, event, **_start_fields(timezone.now() + timedelta(hours=1)))
     assert resp.status_code == 200 and b"can no longer get a start time" in resp.content
     assert Event.objects.get(pk=event.pk).opens_at is None
-    assert r.client().hget(r.EventKeys(event.event_id).meta, "draw") is None
+    assert store.client().hget(store.EventKeys(event.event_id).meta, "draw") is None
 
 
 def test_the_draw_page_before_and_after_the_draw(client, make_event, api):
@@ -313,7 +314,7 @@ def test_the_draw_page_before_and_after_the_draw(client, make_event, api):
     receipts = [api.join(event.event_id)[1]["data"]["receipt"] for _ in range(3)]
     Event.objects.filter(pk=event.pk).update(opens_at=timezone.now())
     event.refresh_from_db()
-    services.event_publish(event)
+    events.event_publish(event)
     assert 'data-status="DRAWING"' in client.get(f"/events/{event.event_id}/draw", **HTML).content.decode()
     draw.run(event.event_id)
     page = client.get(f"/events/{event.event_id}/draw?receipt={receipts[1]}", **HTML).content.decode()
@@ -361,7 +362,7 @@ def _drawn(make_event, api) -> Event:
         api.join(event.event_id)
     Event.objects.filter(pk=event.pk).update(opens_at=timezone.now())
     event.refresh_from_db()
-    services.event_publish(event)
+    events.event_publish(event)
     assert draw.run(event.event_id).outcome == "DONE"
     return event
 

@@ -5,11 +5,10 @@ import uuid
 import pytest
 import redis as redis_lib
 
-from conftest import unknown_token
-from queue_app import line, services
+from queue_app import cadence, events, line
 from queue_app.tests.test_admission import admit
-from ticketing import metrics
-from ticketing import redis as r
+from testsupport.line import unknown_token
+from ticketing import metrics, store
 
 POLL_FIELDS = {
     "status",
@@ -50,7 +49,7 @@ def test_poll_unknown_token_is_not_found(api, event):
 def test_poll_booked_token_shows_its_reservation(api, event, rc):
     token = api.token(event.event_id)
     admit(event.event_id)
-    rc.set(r.EventKeys(event.event_id).booked(token), "res-42")
+    rc.set(store.EventKeys(event.event_id).booked(token), "res-42")
     data = api.poll(token, event.event_id)[1]["data"]
     assert data["status"] == "BOOKED"
     assert data["reservationId"] == "res-42"
@@ -61,7 +60,7 @@ def test_poll_booked_token_shows_its_reservation(api, event, rc):
 def test_poll_closed_event_answers_expired(api, event):
     token = api.token(event.event_id)
     event.status = "CLOSED"
-    services.event_publish(event)
+    events.event_publish(event)
     data = api.poll(token, event.event_id)[1]["data"]
     assert data["status"] == "EXPIRED"
     assert data["nextPollMs"] == 0
@@ -100,7 +99,7 @@ def test_poll_needs_a_valid_token(api, event):
     ],
 )
 def test_next_poll_follows_the_seed_table_with_jitter(status, rank, base):
-    samples = [services.next_poll_ms(status, rank) for _ in range(400)]
+    samples = [cadence.next_poll_ms(status, rank) for _ in range(400)]
     assert all(base * 0.8 <= s <= base * 1.2 for s in samples)
     if base:
         assert len(set(samples)) > 50  # really jittered, not a constant
@@ -110,10 +109,10 @@ def test_next_poll_follows_the_seed_table_with_jitter(status, rank, base):
 def _server_of(redis_url: str, event_id: str) -> str:
     """The server holding the event: REDIS_URL's, or on a cluster its node (MONITOR
     sees one server's commands)."""
-    c = r.client()
+    c = store.client()
     if not isinstance(c, redis_lib.cluster.RedisCluster):
         return redis_url
-    node = c.get_node_from_key(r.event_keys(event_id).meta)
+    node = c.get_node_from_key(store.event_keys(event_id).meta)
     return f"redis://{node.host}:{node.port}/0"
 
 

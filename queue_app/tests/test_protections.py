@@ -10,8 +10,10 @@ import pytest
 import requests
 from django.contrib.auth import get_user_model
 
-from conftest import end_windows, event_state, unknown_token
-from queue_app import proof, services
+from queue_app import admission, events, proof, services
+from queue_app.tokens import parse_token
+from testsupport.line import end_windows, event_state, unknown_token
+from ticketing.errors import CODES
 
 
 def solve(event_id: str, api=None) -> str:
@@ -51,7 +53,7 @@ def at_once(n: int, join_once) -> list[str]:
 
 
 def refused(event_id: str) -> dict:
-    return services.event_live_numbers(event_id)["joinsRefused"]
+    return events.event_live_numbers(event_id)["joinsRefused"]
 
 
 def _ipv4() -> str:
@@ -111,7 +113,7 @@ def test_a_reused_solution_wins_once_among_concurrent_joins(make_event):
     payload = solve(event.event_id)
     outcomes = at_once(8, lambda: services.queue_join(event_id=event.event_id, proof=payload))
     assert sorted(outcomes).count("PROOF_OF_WORK") == 7
-    assert services.event_live_numbers(event.event_id)["waiting"] == 1
+    assert events.event_live_numbers(event.event_id)["waiting"] == 1
 
 
 def _served(base: str, event_id: str) -> str:
@@ -130,7 +132,7 @@ def test_challenges_stocked_before_proof_of_work_was_on_are_refused_after(produc
     stocked = [_served(production_server, event.event_id) for _ in range(30)]
     event.apply_hot_sale()
     event.save()
-    services.event_publish(event)
+    events.event_publish(event)
     before = event_state(event.event_id)
     for payload in stocked:
         answer = requests.post(
@@ -153,11 +155,11 @@ def test_a_challenge_holds_while_the_event_asks_no_more_than_when_it_was_issued(
     event = make_event(proof_of_work=2_000)
     harder = solve(event.event_id, lanes_api)
     event.proof_of_work = 1_000
-    services.event_publish(event)
+    events.event_publish(event)
     easier = solve(event.event_id, lanes_api)
     assert join(lanes_api, event.event_id, altcha=harder)[0] == 200  # the event asks less now
     event.proof_of_work = 2_000
-    services.event_publish(event)
+    events.event_publish(event)
     before = event_state(event.event_id)
     status, body = join(lanes_api, event.event_id, altcha=easier)
     assert (status, body["error"]["code"]) == (403, "PROOF_OF_WORK")
@@ -269,7 +271,7 @@ def test_admitted_people_still_hold_their_place_until_their_window_ends(make_eve
     event = make_event(max_places_per_address=1, admit_per_second=10)
     client = services.Client(address=bytes([198, 18, 0, uuid.uuid4().int % 250]))
     services.queue_join(event_id=event.event_id, client=client)
-    services.event_admit(event.event_id)  # active now
+    admission.event_admit(event.event_id)  # active now
     with pytest.raises(services.DomainError) as caught:
         services.queue_join(event_id=event.event_id, client=client)
     assert caught.value.code == "TOO_MANY_PLACES"
@@ -282,7 +284,7 @@ def test_concurrent_joins_from_one_address_never_pass_the_cap(make_event):
     client = services.Client(address=bytes([198, 19, 0, uuid.uuid4().int % 250]))
     outcomes = at_once(12, lambda: services.queue_join(event_id=event.event_id, client=client))
     assert outcomes.count("TOO_MANY_PLACES") == 9
-    assert services.event_live_numbers(event.event_id)["waiting"] == 3
+    assert events.event_live_numbers(event.event_id)["waiting"] == 3
 
 
 def test_the_cap_refusal_says_in_plain_words_what_to_do(lanes_api, make_event):
@@ -294,7 +296,7 @@ def test_the_cap_refusal_says_in_plain_words_what_to_do(lanes_api, make_event):
     status, body = join(lanes_api, event.event_id, REMOTE_ADDR=ip)
     assert (status, body["error"]["code"]) == (429, "TOO_MANY_PLACES")
     message = body["error"]["message"]
-    assert message == services.TOO_MANY_PLACES_MESSAGE
+    assert message == CODES["TOO_MANY_PLACES"].message
     for words in ("This connection", "shared", "another connection", "mobile data", "try again later"):
         assert words in message, words
     assert "you hold" not in message.lower() and "address" not in message
@@ -316,7 +318,7 @@ def test_an_address_at_its_cap_is_refused_before_it_solves_a_challenge(lanes_api
     before = event_state(event.event_id)
     status, body = lanes_api.call("get", path, REMOTE_ADDR=ip)
     assert (status, body["error"]["code"], body["error"]["most"]) == (429, "TOO_MANY_PLACES", 2)
-    assert body["error"]["message"] == services.TOO_MANY_PLACES_MESSAGE
+    assert body["error"]["message"] == CODES["TOO_MANY_PLACES"].message
     assert event_state(event.event_id) == before
     assert refused(event.event_id) == {"cap": 1}
     assert lanes_api.call("get", path, REMOTE_ADDR=_ipv4())[0] == 200  # someone else
@@ -352,7 +354,7 @@ def test_an_account_event_refuses_a_join_without_a_session(lanes_api, make_event
 def test_an_account_holds_one_place(lane, make_event, user):
     """Joining again, on either lane (the fast lane hands a session to Django's),
     answers the account's place; another account gets its own."""
-    from conftest import Api
+    from testsupport.clients import Api
 
     event = make_event(require_account=True)
     client = lane.django if hasattr(lane, "django") else lane
@@ -364,7 +366,7 @@ def test_an_account_holds_one_place(lane, make_event, user):
     again = [join(api, event.event_id, HTTP_X_CSRFTOKEN=csrf)[1]["data"] for _ in range(3)]
     assert {d["token"] for d in again} == {first["data"]["token"]}
     assert all(d["joinedAt"] is None for d in again)
-    assert services.event_live_numbers(event.event_id)["waiting"] == 1
+    assert events.event_live_numbers(event.event_id)["waiting"] == 1
     other = get_user_model().objects.create_user(f"v{uuid.uuid4().hex[:12]}", password="pw-for-tests-1")
     client.force_login(other)
     client.cookies["csrftoken"] = csrf
@@ -376,14 +378,14 @@ def test_concurrent_joins_of_one_account_share_one_place(make_event):
     client = services.Client(account="4242")
     tokens = at_once(10, lambda: services.queue_join(event_id=event.event_id, client=client))
     assert len(set(tokens)) == 1
-    assert services.event_live_numbers(event.event_id)["waiting"] == 1
+    assert events.event_live_numbers(event.event_id)["waiting"] == 1
 
 
 def test_an_account_whose_place_is_gone_joins_at_the_back(make_event):
     event = make_event(require_account=True)
     client = services.Client(account="77")
     first = services.queue_join(event_id=event.event_id, client=client).token
-    services.queue_leave(event_id=event.event_id, token=services.parse_token(first))
+    services.queue_leave(event_id=event.event_id, token=parse_token(first))
     assert services.queue_join(event_id=event.event_id, client=client).token != first
 
 
@@ -403,6 +405,6 @@ def test_an_admitted_account_gets_its_active_place_back(make_event):
     event = make_event(require_account=True, admit_per_second=10)
     client = services.Client(account="99")
     first = services.queue_join(event_id=event.event_id, client=client).token
-    services.event_admit(event.event_id)
+    admission.event_admit(event.event_id)
     again = services.queue_join(event_id=event.event_id, client=client)
     assert (again.token, again.status, again.joined_at) == (first, "ACTIVE", None)

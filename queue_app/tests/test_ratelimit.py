@@ -3,7 +3,7 @@ import uuid
 
 import pytest
 
-from conftest import unknown_token
+from testsupport.line import unknown_token
 from ticketing import ratelimit
 
 
@@ -116,18 +116,18 @@ def test_ipv4_mapped_ipv6_is_counted_as_the_ipv4_address(api, event, limits):
 
 
 def test_refused_joins_are_counted_per_event_and_reason(api, event, limits, rc):
-    from queue_app import services
-    from ticketing import redis as r
+    from queue_app import events
+    from ticketing import store
 
     ip = _ip()
     for _ in range(12):
         api.join(event.event_id, REMOTE_ADDR=ip)  # the last two refused: rate
     assert api.rejoin(str(uuid.uuid4()), event.event_id)[1]["error"]["code"] == "INVALID_TOKEN"
-    assert services.event_live_numbers(event.event_id)["joinsRefused"] == {"forged_token": 1, "rate": 2}
+    assert events.event_live_numbers(event.event_id)["joinsRefused"] == {"forged_token": 1, "rate": 2}
     # A refusal naming an event that does not exist leaves nothing behind.
     nowhere = f"nope-{uuid.uuid4().hex[:10]}"
     assert api.rejoin(str(uuid.uuid4()), nowhere)[1]["error"]["code"] == "INVALID_TOKEN"
-    assert not rc.exists(r.event_keys(nowhere).refused)
+    assert not rc.exists(store.event_keys(nowhere).refused)
 
 
 def _48() -> str:

@@ -1,5 +1,5 @@
-from conftest import unknown_token
-from ticketing import redis as r
+from testsupport.line import unknown_token
+from ticketing import store
 
 
 def test_rejoin_keeps_the_place(api, event):
@@ -54,7 +54,7 @@ def test_rejoin_normalises_the_token_spelling(api, event):
 
 def test_rejoin_after_booking_is_409_with_the_reservation(api, event, rc):
     mine = api.token(event.event_id)
-    rc.set(r.EventKeys(event.event_id).booked(mine), "res-1")
+    rc.set(store.EventKeys(event.event_id).booked(mine), "res-1")
     status, body = api.rejoin(mine, event.event_id)
     assert status == 409
     assert body["error"]["code"] == "ALREADY_BOOKED"
@@ -65,9 +65,9 @@ def test_rejoin_a_closed_event_is_403(api, make_event):
     event = make_event()
     mine = api.token(event.event_id)
     event.status = "CLOSED"
-    from queue_app import services
+    from queue_app import events
 
-    services.event_publish(event)
+    events.event_publish(event)
     status, body = api.rejoin(mine, event.event_id)
     assert status == 403
     assert body["error"]["code"] == "EVENT_CLOSED"

@@ -10,7 +10,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from conftest import server_env, start_gunicorn
+from testsupport.servers import server_env, start_gunicorn
 
 BASE = Path(__file__).resolve().parents[2]
 

@@ -12,9 +12,9 @@ import uuid
 import pytest
 from django.test import override_settings
 
-from conftest import end_windows, event_state
 from queue_app import tokens
 from queue_app.tests.test_admission import admit
+from testsupport.line import end_windows, event_state
 
 
 def _raw(token: str) -> bytes:

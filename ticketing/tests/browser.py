@@ -4,6 +4,7 @@ exceptions, which fail the test. Screenshots go to test-artifacts/screenshots/, 
 to docs/screenshots/ with UPDATE_SCREENSHOTS=1. A pytest plugin (the root conftest
 loads it), so that every app's page tests share one browser per module."""
 
+import contextlib
 import os
 import re
 import shutil
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from conftest import require
+from testsupport import require
 
 # Playwright's sync API runs an event loop in this thread; the test's own ORM calls
 # are still synchronous.
@@ -80,18 +81,35 @@ def console() -> Iterator[Console]:
     assert not watching.unexpected(), "\n".join(watching.unexpected())
 
 
-@pytest.fixture
-def page(browser, production_server, console, make_event):
-    """A phone-sized page in English, with its own cookies and storage, closed before
-    the test's events are wiped (a page still polling would see them go)."""
+LOCALES = {"en": "en-US", "ko": "ko-KR"}
+
+
+@contextlib.contextmanager
+def opened(
+    browser, console, base_url: str, lang: str = "en", size: tuple[int, int] = (390, 844), **options
+) -> Iterator:
+    """A page in a browser context of its own (cookies, storage), in `lang`'s locale
+    and at `size`, whose errors `console` watches; closed on leaving. `options` go to
+    Playwright's new_context (a time zone, JavaScript off, ...)."""
+    width, height = size
     context = browser.new_context(
-        locale="en-US", viewport={"width": 390, "height": 844}, base_url=production_server
+        locale=LOCALES[lang], viewport={"width": width, "height": height}, base_url=base_url, **options
     )
     console.watch(context)
     page = context.new_page()
     page.set_default_timeout(20_000)
-    yield page
-    context.close()
+    try:
+        yield page
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def page(browser, production_server, console, make_event):
+    """A phone-sized page in English, closed before the test's events are wiped (a
+    page still polling would see them go)."""
+    with opened(browser, console, production_server) as page:
+        yield page
 
 
 def shot(page, name: str) -> None:

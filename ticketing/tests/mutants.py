@@ -106,8 +106,8 @@ MUTANTS = [
         breaks="outbox_done.lua removes a committed booking's entry while a recount runs",
         path="lua/outbox_done.lua",
         # The recount mark is still read (a key of the wrong type still fails), then ignored.
-        original="if redis.call('GET', KEYS[2]) then return -1 end\n",
-        replacement="redis.call('GET', KEYS[2])\n",
+        original="if redis.call('GET', recount) then return -1 end\n",
+        replacement="redis.call('GET', recount)\n",
         # test_recounts_during_a_rush_are_exact catches it in a race; test_booking.py's
         # recount-mark test every time.
         first=("booking_app/tests/test_faults.py", "booking_app/tests/test_booking.py"),
@@ -116,24 +116,24 @@ MUTANTS = [
         name="cancel-hold",
         breaks="cancel.lua returns a cancellation's seats while a recount runs",
         path="lua/cancel.lua",
-        original="if redis.call('GET', KEYS[4]) then return -2 end\n",
-        replacement="redis.call('GET', KEYS[4])\n",
+        original="if redis.call('GET', recount) then return -2 end\n",
+        replacement="redis.call('GET', recount)\n",
         first=("booking_app/tests/test_cancel.py", "booking_app/tests/test_faults.py"),
     ),
     Mutant(
         name="give-back-release",
         breaks="release.lua gives a refused booking's seats back even when its XDEL removed nothing",
         path="lua/release.lua",
-        original="if redis.call('XDEL', KEYS[1], ARGV[1]) == 0 then return 0 end\n",
-        replacement="redis.call('XDEL', KEYS[1], ARGV[1])\n",
+        original="if redis.call('XDEL', outbox, entry) == 0 then return 0 end\n",
+        replacement="redis.call('XDEL', outbox, entry)\n",
         first=("booking_app/tests/test_durability.py", "booking_app/tests/test_faults.py"),
     ),
     Mutant(
         name="give-back-cancel",
         breaks="cancel.lua returns a cancellation's seats even when the `returned` hash already has it",
         path="lua/cancel.lua",
-        original="if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 then return -1 end\n",
-        replacement="redis.call('HEXISTS', KEYS[3], ARGV[1])\n",
+        original="if redis.call('HEXISTS', returned, reservation) == 1 then return -1 end\n",
+        replacement="redis.call('HEXISTS', returned, reservation)\n",
         first=("booking_app/tests/test_cancel.py", "booking_app/tests/test_faults.py"),
     ),
     Mutant(
@@ -148,8 +148,8 @@ MUTANTS = [
         name="not-saved-untold",
         breaks="reconcile refuses a pending booking and its person polls ACTIVE again, never told",
         path="lua/release.lua",
-        original="elseif mark == ARGV[2] and ARGV[7] == '1' then\n",
-        replacement="elseif mark == ARGV[2] and ARGV[7] == 'never' then\n",
+        original="elseif mark == reservation and unheard == '1' then\n",
+        replacement="elseif mark == reservation and unheard == 'never' then\n",
         first=("booking_app/tests/test_pending.py",),
     ),
     Mutant(

@@ -6,7 +6,7 @@ import asyncio
 import pytest
 import redis.asyncio
 
-from ticketing.redis import Batcher, ClusterBatcher
+from ticketing.store import Batcher, ClusterBatcher
 
 
 async def _many_turns(url: str, pool_size: int, callers: int) -> tuple[list, int]:
@@ -42,9 +42,9 @@ def test_commands_a_stuck_redis_never_answers_fail_in_time(monkeypatch) -> None:
     import socket
     import time
 
-    from ticketing import redis as r
+    from ticketing.store import clients
 
-    monkeypatch.setattr(r, "ASYNC_REQUEST_TIMEOUT", 0.3)
+    monkeypatch.setattr(clients, "ASYNC_REQUEST_TIMEOUT", 0.3)
     with socket.socket() as server:
         server.bind(("127.0.0.1", 0))
         server.listen(16)
@@ -81,11 +81,11 @@ def test_on_a_cluster_each_caller_is_answered_by_its_keys_node(redis_url: str) -
     """The cluster's batcher: a thousand callers over fifty turns, their keys on
     every node; each command went to the node owning its key (a wrong node would
     have answered MOVED, and the node's batcher would have seen no command)."""
-    from ticketing import redis as r
+    from ticketing import store
 
     keys = [f"batcher:{{{i}}}" for i in range(1000)]
     for i, name in enumerate(keys):
-        r.client().set(name, i)
+        store.client().set(name, i)
 
     async def main() -> tuple[list, set[str]]:
         batcher = ClusterBatcher(redis_url, {"max_connections": 2})
@@ -104,6 +104,6 @@ def test_on_a_cluster_each_caller_is_answered_by_its_keys_node(redis_url: str) -
     try:
         replies, nodes = asyncio.run(main())
     finally:
-        r.client().delete(*keys)
+        store.client().delete(*keys)
     assert replies == [str(i).encode() for i in range(1000)]
-    assert nodes == {node.name for node in r.client().get_primaries()}
+    assert nodes == {node.name for node in store.client().get_primaries()}

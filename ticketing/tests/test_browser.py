@@ -8,9 +8,9 @@ import re
 import pytest
 
 from booking_app.models import Reservation
-from booking_app.tests.conftest import admit_all
 from queue_app import services as queue
-from ticketing import redis as r
+from testsupport.line import admit_all
+from ticketing import store
 from ticketing.tests.browser import rank_shown, shot
 
 # The server sees the test's data only once it is committed.
@@ -65,7 +65,7 @@ def test_the_whole_journey(page, make_event):
         "minji@example.com",
         "CONFIRMED",
     )
-    assert int(r.client().get(r.EventKeys(event.event_id).seats)) == 8
+    assert int(store.client().get(store.EventKeys(event.event_id).seats)) == 8
 
     page.goto(f"/events/{event.event_id}/")  # back in the room: it knows we booked
     page.locator("#confirmation-link").wait_for()
@@ -109,10 +109,10 @@ def test_sold_out(page, make_event, rc):
     queue.queue_join(event_id=event.event_id)
     page.goto(f"/events/{event.event_id}/")
     page.locator("#position").wait_for()
-    rc.set(r.EventKeys(event.event_id).seats, 0)
+    rc.set(store.EventKeys(event.event_id).seats, 0)
     page.get_by_role("heading", name="Sold out").wait_for()
     shot(page, "06-sold-out")
-    rc.set(r.EventKeys(event.event_id).seats, 1)  # a cancellation: back in line
+    rc.set(store.EventKeys(event.event_id).seats, 1)  # a cancellation: back in line
     page.locator("#position").wait_for()
 
 
@@ -125,7 +125,7 @@ def test_the_last_seat_taken_while_filling_the_form(page, console, make_event, r
     page.wait_for_url(re.compile(r"/book/$"))
     page.fill("#id_buyer_name", "Lee")
     page.fill("#id_buyer_email", "lee@example.com")
-    rc.set(r.EventKeys(event.event_id).seats, 0)  # someone else was faster
+    rc.set(store.EventKeys(event.event_id).seats, 0)  # someone else was faster
     page.get_by_role("button", name="Confirm booking").click()
     page.get_by_role("heading", name="Sold out").wait_for()
     assert not Reservation.objects.exists()

@@ -19,11 +19,11 @@ import pytest
 from django.utils import timezone, translation
 from django.utils.translation import gettext
 
-from booking_app.tests.conftest import fresh_tick
-from queue_app import draw
+from queue_app import admission, draw, tokens
 from queue_app import services as queue
 from queue_app.models import Draw
-from ticketing import redis as r
+from testsupport.line import fresh_tick
+from ticketing import store
 from ticketing.tests.browser import rank_shown, shot
 
 VERIFY = Path(__file__).resolve().parents[2] / "docs" / "verify_draw.py"
@@ -92,7 +92,7 @@ def wait_for_start(event) -> None:
     """Until the start has passed on Redis' clock, the one that tells the pre-queue
     from the line."""
     start = ms(event.opens_at)
-    while (now := r.now_ms(event.event_id)) < start:
+    while (now := store.now_ms(event.event_id)) < start:
         time.sleep((start - now) / 1000)
 
 
@@ -160,7 +160,7 @@ def test_a_join_before_the_start_is_drawn_into_the_line(make_event, new_page, pr
     assert all(re.fullmatch(r"[0-9a-f]{16}", o.receipt or "") for o in others)
     # Within draw.LEAD_MS of the start the tick asks for the draw (which reads ahead
     # until the start), and admits nobody.
-    tick = queue.event_admit(event.event_id)
+    tick = admission.event_admit(event.event_id)
     assert (tick.outcome, tick.admitted, tick.active) == ("DRAW_DUE", 0, 0)
     shot(page, "11-pre-queue")
     fits_a_phone(page)
@@ -238,7 +238,7 @@ def test_a_join_before_the_start_is_drawn_into_the_line(make_event, new_page, pr
     # And everyone else's place in line is their drawn position: 1-5, each once.
     places = {rank}
     for joined in others:
-        p = queue.queue_poll(event_id=event.event_id, token=queue.parse_token(joined.token))
+        p = queue.queue_poll(event_id=event.event_id, token=tokens.parse_token(joined.token))
         assert (p.status, p.receipt, p.draw_position) == ("WAITING", joined.receipt, p.rank)
         places.add(p.rank)
     assert places == {1, 2, 3, 4, 5}
@@ -284,7 +284,7 @@ def test_a_join_after_the_start_is_behind_the_whole_pre_queue(make_event, new_pa
     first = polls(late)[-1]["data"]
     assert (first["status"], first["receipt"], first["drawPosition"]) == ("WAITING", None, None)
 
-    assert queue.event_admit(event.event_id).outcome == "DRAW_DUE"
+    assert admission.event_admit(event.event_id).outcome == "DRAW_DUE"
     assert draw.run(event.event_id).outcome == "DONE"
     polled = len(polls(late))
     late.wait_for_function(f"window.__polls.length > {polled}")  # a poll since the draw

@@ -16,10 +16,11 @@ from django.utils import timezone
 
 from booking_app import mail
 from booking_app.models import Reservation
-from booking_app.tests.conftest import admit_all, book
 from queue_app import services as queue
-from ticketing import redis as r
-from ticketing.tests.browser import shot
+from testsupport.booking import book
+from testsupport.line import admit_all
+from ticketing import store
+from ticketing.tests.browser import opened, shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -28,8 +29,8 @@ PASSWORD = "queue-Seat-7781"
 # Each view has a browser zone far from the server's (Asia/Seoul) or the same, so that
 # a time the server wrote in its own zone cannot pass for the browser's.
 VIEWS = {
-    "en": {"locale": "en-US", "size": (1280, 800), "zone": "America/New_York"},
-    "ko": {"locale": "ko-KR", "size": (390, 844), "zone": "Asia/Seoul"},
+    "en": {"size": (1280, 800), "zone": "America/New_York"},
+    "ko": {"size": (390, 844), "zone": "Asia/Seoul"},
 }
 
 TEXT = {
@@ -56,22 +57,13 @@ TEXT = {
 
 
 @pytest.fixture(params=["en", "ko"], ids=["desktop-en", "phone-ko"])
-def view(request, browser, production_server, console):
+def view(request, browser, production_server, console, make_event):
     """A page on a desktop in English (New York), or on a phone in Korean (Seoul),
     and its language."""
     lang = request.param
-    width, height = VIEWS[lang]["size"]
-    context = browser.new_context(
-        locale=VIEWS[lang]["locale"],
-        timezone_id=VIEWS[lang]["zone"],
-        viewport={"width": width, "height": height},
-        base_url=production_server,
-    )
-    console.watch(context)
-    page = context.new_page()
-    page.set_default_timeout(20_000)
-    yield page, TEXT[lang], lang
-    context.close()
+    size, zone = VIEWS[lang]["size"], VIEWS[lang]["zone"]
+    with opened(browser, console, production_server, lang, size, timezone_id=zone) as page:
+        yield page, TEXT[lang], lang
 
 
 def shown(moment: datetime, lang: str) -> str:
@@ -158,9 +150,9 @@ def test_the_list_shows_seats_left_badges_starts_and_names(view, make_event, rc)
     page, text, lang = view
     start = a_start()
     selling = make_event(name="Spring concert", total_seats=10)
-    rc.set(r.EventKeys(selling.event_id).seats, 7)  # three sold: the room's count
+    rc.set(store.EventKeys(selling.event_id).seats, 7)  # three sold: the room's count
     sold_out = make_event(name="Last seat", total_seats=1)
-    rc.set(r.EventKeys(sold_out.event_id).seats, 0)
+    rc.set(store.EventKeys(sold_out.event_id).seats, 0)
     paused = make_event(name="Paused sale", status="PAUSED")
     closed = make_event(name="Closed sale", status="CLOSED")
     scheduled = make_event(name="Winter gala", opens_at=start)

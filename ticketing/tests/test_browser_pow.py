@@ -20,9 +20,9 @@ from django.test import Client
 from django.urls import reverse
 
 from booking_app.models import Reservation
-from booking_app.tests.conftest import admit_all
-from queue_app import services as queue
+from queue_app import events
 from queue_app.models import SUGGESTED_PROOF_OF_WORK
+from testsupport.line import admit_all
 from ticketing.tests.browser import rank_shown, shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -108,7 +108,7 @@ def test_the_whole_journey_with_proof_of_work(phone, make_event, production_serv
     # A solution works once: the same payload, sent again, is refused.
     again = api_join(production_server, event.event_id, payload)
     assert (again["status"], again["error"]["code"]) == (403, "PROOF_OF_WORK")
-    assert queue.event_live_numbers(event.event_id)["waiting"] == 1
+    assert events.event_live_numbers(event.event_id)["waiting"] == 1
 
     admit_all(event.event_id)
     phone.wait_for_url(re.compile(r"/book/$"))
@@ -135,7 +135,7 @@ def test_an_account_event_asks_a_signed_out_person_to_sign_in(phone, make_event)
     (ARTIFACTS / "screenshots").mkdir(parents=True, exist_ok=True)
     phone.screenshot(path=str(ARTIFACTS / "screenshots" / "pow-sign-in.png"), full_page=True)
     assert asked == []  # no challenge solved, no join tried
-    numbers = queue.event_live_numbers(event.event_id)
+    numbers = events.event_live_numbers(event.event_id)
     assert (numbers["waiting"], numbers["active"]) == (0, 0)
 
 
@@ -259,7 +259,7 @@ def test_an_address_at_its_cap_is_told_so(phone, console, make_event, production
     phone.get_by_role("heading", name=heading).wait_for()
     assert advice in phone.locator('#room [data-show="refused"]').inner_text()
     assert phone.get_by_role("button", name=again).is_visible()
-    assert queue.event_live_numbers(event.event_id)["waiting"] == 1
+    assert events.event_live_numbers(event.event_id)["waiting"] == 1
 
 
 @pytest.mark.parametrize(
@@ -297,7 +297,7 @@ def test_the_third_person_on_an_address_is_refused_before_any_proof_of_work(
     shot(page, f"cap-refused-{lang}")
     assert asked == [("GET", f"{production_server}{reverse('queue-challenge')}")]  # nothing solved, no join
     assert page.evaluate("document.documentElement.dataset.powMs") is None
-    assert queue.event_live_numbers(event.event_id)["waiting"] == 2
+    assert events.event_live_numbers(event.event_id)["waiting"] == 2
 
     # Someone on this connection leaves: trying again solves a challenge, and joins.
     token = taken[0]["data"]["token"]

@@ -9,10 +9,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from booking_app.tests.conftest import admit_all
+from queue_app import events, tokens
 from queue_app import services as queue
-from ticketing import redis as r
-from ticketing.tests.browser import shot
+from testsupport.line import admit_all
+from ticketing import store
+from ticketing.tests.browser import opened, shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -39,27 +40,19 @@ TEXT = {
 
 
 @pytest.fixture(params=[("en", 1280, 800), ("ko", 390, 844)], ids=["desktop-en", "phone-ko"])
-def view(request, browser, production_server, console):  # noqa: F811 (fixtures)
+def view(request, browser, production_server, console, make_event):  # noqa: F811 (fixtures)
     """A page on a desktop in English, or on a phone in Korean, and its language."""
     lang, width, height = request.param
-    context = browser.new_context(
-        locale={"en": "en-US", "ko": "ko-KR"}[lang],
-        viewport={"width": width, "height": height},
-        base_url=production_server,
-    )
-    console.watch(context)
-    page = context.new_page()
-    page.set_default_timeout(20_000)
-    yield page, TEXT[lang], lang
-    context.close()
+    with opened(browser, console, production_server, lang, (width, height)) as page:
+        yield page, TEXT[lang], lang
 
 
 def panel(page, state: str):
     return page.locator(f'#room [data-show="{state}"]')
 
 
-def token_of(page, event_id: str) -> queue.Token:
-    return queue.parse_token(page.evaluate(f"localStorage.getItem('queueToken:{event_id}')"))
+def token_of(page, event_id: str) -> tokens.Token:
+    return tokens.parse_token(page.evaluate(f"localStorage.getItem('queueToken:{event_id}')"))
 
 
 def test_sold_out_under_an_admitted_person_ends_on_a_sold_out_page(view, make_event, rc):
@@ -77,7 +70,7 @@ def test_sold_out_under_an_admitted_person_ends_on_a_sold_out_page(view, make_ev
     page.on("framenavigated", lambda frame: visited.append(frame.url))
     page.fill("#id_buyer_name", "Lee")
     page.fill("#id_buyer_email", "lee@example.com")
-    rc.set(r.EventKeys(event.event_id).seats, 0)  # someone else was faster
+    rc.set(store.EventKeys(event.event_id).seats, 0)  # someone else was faster
     page.locator("form.book button[type=submit]").click()
     page.wait_for_url(re.compile(rf"/events/{event.event_id}/$"))
     panel(page, "soldout").get_by_role("heading", name=text["sold_out"]).wait_for()
@@ -104,12 +97,12 @@ def test_a_sold_out_page_turns_closed_by_itself(view, make_event, rc):
     page.locator("#position").wait_for()
     admit_all(event.event_id)
     page.wait_for_url(re.compile(r"/book/$"))
-    rc.set(r.EventKeys(event.event_id).seats, 0)
+    rc.set(store.EventKeys(event.event_id).seats, 0)
     page.reload()
     page.get_by_role("heading", name=text["sold_out"]).wait_for()
     event.status = "CLOSED"
     event.save(update_fields=["status", "updated_at"])
-    queue.event_publish(event, sold=1)
+    events.event_publish(event, sold=1)
     page.get_by_role("heading", name=text["closed"]).wait_for()
     assert not page.get_by_role("heading", name=text["sold_out"]).is_visible()
     shot(page, f"26-closed-after-sold-out-{lang}")
@@ -138,11 +131,11 @@ def test_leaving_the_line_frees_the_place_at_once(view, make_event):
     page.get_by_role("heading", name=text["left"]).wait_for()
     shot(page, f"28-left-the-line-{lang}")
     assert queue.queue_poll(event_id=event.event_id, token=token).status == "NOT_FOUND"
-    assert queue.queue_poll(event_id=event.event_id, token=queue.parse_token(behind)).rank == 1
+    assert queue.queue_poll(event_id=event.event_id, token=tokens.parse_token(behind)).rank == 1
     assert page.evaluate(f"localStorage.getItem('queueToken:{event.event_id}')") is None
     page.wait_for_timeout(1_500)  # a poll's interval: the page asks nothing more
     assert page.get_by_role("heading", name=text["left"]).is_visible()
-    after = queue.queue_poll(event_id=event.event_id, token=queue.parse_token(behind))
+    after = queue.queue_poll(event_id=event.event_id, token=tokens.parse_token(behind))
     assert (after.rank, after.total_waiting) == (1, 1)  # no new place was taken
 
 

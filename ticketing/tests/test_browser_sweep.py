@@ -19,12 +19,11 @@ from django.utils.translation import gettext
 
 from booking_app import mail
 from booking_app import services as booking
-from booking_app.tests.conftest import admit_all
-from conftest import end_windows
-from queue_app import draw
+from queue_app import draw, tokens
 from queue_app import services as queue
 from queue_app.views import token_cookie
-from ticketing import redis as r
+from testsupport.line import admit_all, end_windows
+from ticketing import store
 from ticketing.tests.browser import shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -82,7 +81,7 @@ def booked(event) -> tuple[str, str]:
     token = admitted(event)
     done = booking.booking_reserve(
         event_id=event.event_id,
-        token=queue.parse_token(token),
+        token=tokens.parse_token(token),
         seat_count=2,
         buyer_name="Kim Minji",
         buyer_email="minji@example.com",
@@ -98,7 +97,7 @@ def drawn_start(v: Visit, *, draw_it: bool):
     assert joined.receipt is not None, "joined after the start"
     v.hold(event.event_id, joined.token)
     start = int(event.opens_at.timestamp() * 1000)
-    while (now := r.now_ms(event.event_id)) < start:
+    while (now := store.now_ms(event.event_id)) < start:
         time.sleep((start - now) / 1000)
     if draw_it:
         assert draw.run(event.event_id).outcome == "DONE"
@@ -156,7 +155,7 @@ def booking_form(v: Visit):
 def sold_out(v: Visit):
     event = v.make_event(total_seats=1)
     v.hold(event.event_id, admitted(event))
-    r.client().set(r.EventKeys(event.event_id).seats, 0)  # sold to others
+    store.client().set(store.EventKeys(event.event_id).seats, 0)  # sold to others
     return v.room(event, "soldout").locator("h2"), v.tr("Sold out")
 
 

@@ -56,19 +56,14 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from booking_app.models import Reservation
-from booking_app.tests.conftest import admit_all
-from conftest import (
-    SERVER_EVENT_ID,
-    ServerClient,
-    server_env,
-    start_gunicorn,
-    stop_gunicorn,
-    unknown_token,
-)
-from queue_app import draw
+from queue_app import admission, draw, events
 from queue_app import services as queue
 from queue_app.models import Event
 from queue_app.tests import test_errors
+from testsupport.clients import ServerClient
+from testsupport.line import admit_all, unknown_token
+from testsupport.servers import SERVER_EVENT_ID, server_env, start_gunicorn, stop_gunicorn
+from ticketing.fastlane import find_routes
 
 SCHEMA_FILE = Path(settings.BASE_DIR) / "docs" / "openapi.yaml"
 Lane = Client | ServerClient
@@ -382,7 +377,7 @@ def _book(client: Client, token: str, event_id: str, seats: int = 1) -> str:
 
 def _close(event) -> None:
     event.status = "CLOSED"
-    queue.event_publish(event)
+    events.event_publish(event)
 
 
 # --- The crowd's operations ---------------------------------------------------------
@@ -407,7 +402,7 @@ def test_join_answers_the_same_on_both_lanes(lanes, make_event, settings, body) 
     data = body["data"]
     assert data["eventId"] == event.event_id
     # Both joins queued a person.
-    assert queue.event_live_numbers(event.event_id)["waiting"] == 2
+    assert events.event_live_numbers(event.event_id)["waiting"] == 2
 
 
 def _rejoin_waiting(event) -> Callable[[], Call]:
@@ -477,7 +472,7 @@ def _poll_booked(event, client: Client) -> str:
 def _poll_paused(event, client: Client) -> str:
     token = _poll_waiting(event, client)
     event.status = "PAUSED"
-    queue.event_publish(event)
+    events.event_publish(event)
     return token
 
 
@@ -523,8 +518,8 @@ def _scheduled(make_event, state: str):
     if state != "PRE_QUEUE":
         type(event).objects.filter(pk=event.pk).update(opens_at=timezone.now())
         event.refresh_from_db()
-        queue.event_publish(event)
-        assert queue.event_admit(event.event_id).outcome == "DRAW_DUE"
+        events.event_publish(event)
+        assert admission.event_admit(event.event_id).outcome == "DRAW_DUE"
     if state == "WAITING":
         draw.run(event.event_id)
     return event, token
@@ -785,6 +780,95 @@ def test_a_challenge_answers_the_same_on_both_lanes(lanes, make_event, difficult
     data = body["data"]
     assert (status, data["required"]) == (200, difficulty > 0)
     assert data["challenge"]["parameters"]["data"] == {"event": event.event_id, "difficulty": difficulty}
+
+
+# --- Hosts and content negotiation, on every fast route ----------------------------------
+
+# The fast routes, and what varies between two of their answers.
+FAST_ROUTES = {
+    "/api/queue/join": frozenset({"token", "joinedAt"}),
+    "/api/queue/rejoin": frozenset(),
+    "/api/queue/leave": frozenset(),
+    "/api/status/poll": frozenset({"nextPollMs"}),
+    "/api/queue/challenge": CHALLENGE_PARTS,
+}
+
+# (id, headers, query, status, code, answered by the server's fast lane itself).
+ASKED: list[tuple] = [
+    # Django refuses a Host outside ALLOWED_HOSTS before any view; the fast lane hands
+    # it over.
+    ("foreign-host", {"HTTP_HOST": "tickets.example.org"}, {}, 400, "BAD_REQUEST", False),
+    # DRF's negotiation, before any field is read or any throttle counted.
+    ("accept-html", {"HTTP_ACCEPT": "text/html"}, {}, 406, "NOT_ACCEPTABLE", True),
+    ("accept-xml", {"HTTP_ACCEPT": "application/xml"}, {}, 406, "NOT_ACCEPTABLE", True),
+    ("accept-any-text", {"HTTP_ACCEPT": "text/*"}, {}, 406, "NOT_ACCEPTABLE", True),
+    ("format-xml", {}, {"format": "xml"}, 404, "NOT_FOUND", True),
+    ("no-accept", {}, {}, 200, None, True),
+    ("accept-any", {"HTTP_ACCEPT": "*/*"}, {}, 200, None, True),
+    ("accept-json", {"HTTP_ACCEPT": "application/json"}, {}, 200, None, True),
+    ("accept-any-application", {"HTTP_ACCEPT": "application/*"}, {}, 200, None, True),
+    (
+        "accept-of-a-page",
+        {"HTTP_ACCEPT": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"},
+        {},
+        200,
+        None,
+        True,
+    ),
+    # DRF reads no q-values: JSON even at q=0, or after a text/html preferred.
+    ("accept-json-at-q0", {"HTTP_ACCEPT": "application/json;q=0"}, {}, 200, None, True),
+    ("accept-html-first", {"HTTP_ACCEPT": "text/html;q=1.0, application/json;q=0.1"}, {}, 200, None, True),
+    ("accept-json-twice", {"HTTP_ACCEPT": "application/json, application/json"}, {}, 200, None, True),
+    ("format-json", {}, {"format": "json"}, 200, None, True),
+    # Indented JSON is Django's lane's to write.
+    ("accept-json-indented", {"HTTP_ACCEPT": "application/json; indent=4"}, {}, 200, None, False),
+]
+
+
+@cache
+def fast_routes() -> dict:
+    return find_routes()
+
+
+def _fast_call(route: str, event_id: str, token: str, query: dict, headers: dict) -> Call:
+    """A call the fast route serves (a waiting person's token; leave's a stranger's,
+    so that both lanes answer alike), with `query` and `headers` added."""
+    method = fast_routes()[route].method
+    params = {
+        "/api/queue/leave": {"token": unknown_token(event_id), "eventId": event_id},
+        "/api/status/poll": {"token": token, "eventId": event_id},
+        "/api/queue/challenge": {"eventId": event_id},
+    }.get(route, {})
+    target = route + ("?" + urlencode(params | query) if params or query else "")
+    if method != "POST":
+        return Call(method, target, extra=headers)
+    body = {"eventId": event_id} | ({"token": token} if route == "/api/queue/rejoin" else {})
+    return Call(method, target, json.dumps(body).encode(), "application/json", headers)
+
+
+def test_the_rows_below_call_every_fast_route() -> None:
+    assert set(FAST_ROUTES) == set(fast_routes())
+
+
+@pytest.mark.parametrize("route", FAST_ROUTES)
+@pytest.mark.parametrize(
+    ("headers", "query", "status", "code", "fast"), [row[1:] for row in ASKED], ids=[row[0] for row in ASKED]
+)
+def test_hosts_and_negotiation_answer_the_same_on_both_lanes(
+    lanes, event, snapshot, route, headers, query, status, code, fast
+) -> None:
+    token = _joined(event.event_id)
+    before = snapshot(event.event_id)
+    answered, body = on_both_lanes(
+        lanes,
+        lambda: _fast_call(route, event.event_id, token, query, headers),
+        varying=FAST_ROUTES[route] if status == 200 else frozenset(),
+        fast=fast,
+    )
+    assert answered == status
+    if code is not None:
+        assert body["error"]["code"] == code
+        assert snapshot(event.event_id) == before  # refused before anything was done
 
 
 # --- The bad-input table ---------------------------------------------------------------

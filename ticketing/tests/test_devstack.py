@@ -26,7 +26,8 @@ import requests
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.conf import settings
 
-from conftest import database_url_of_tests, free_port, wait_for_health
+from testsupport.servers import database_url_of_tests, wait_for_health
+from ticketing.servers import free_port
 
 BASE = Path(settings.BASE_DIR)
 CLEARED = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/tmp")}

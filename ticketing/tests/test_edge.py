@@ -27,8 +27,8 @@ from django.conf import settings
 from django.test import override_settings
 
 from bench.floods import BODY_KINDS, Flood, probe, slow_requests
-from conftest import server_env
-from queue_app import services as queue
+from queue_app import admission
+from testsupport.servers import server_env
 from ticketing import servers
 
 ENVELOPE_TOO_LARGE = {
@@ -44,7 +44,7 @@ def _admitted(base: str, event, n: int) -> list[str]:
         answer = requests.post(f"{base}/api/queue/join", json={"eventId": event.event_id}, timeout=10)
         assert answer.status_code == 200, answer.text
         tokens.append(answer.json()["data"]["token"])
-    tick = queue.event_admit(event.event_id)
+    tick = admission.event_admit(event.event_id)
     assert tick.outcome == "ADMITTED" and tick.admitted == n, tick
     return tokens
 

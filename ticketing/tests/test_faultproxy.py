@@ -17,7 +17,7 @@ from django.conf import settings
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from conftest import require
+from testsupport import require
 from ticketing.tests.faultproxy import (
     THREAD_PREFIX,
     Action,

@@ -13,6 +13,7 @@ import pytest
 from django.conf import settings
 
 import ticketing.asgi  # noqa: F401 (its django.setup() reconfigures logging: at import, not under caplog)
+from queue_app import events
 from queue_app import services as queue
 from ticketing.logs import JsonFormatter, KeyValueFormatter
 from ticketing.tests.test_metrics import book, join, tick
@@ -64,7 +65,7 @@ def test_each_booking_decision_logs_one_json_line(lines, client, make_event, db)
     stranger = join(client, event.event_id)
     event.admit_per_second = 1
     event.save()
-    queue.event_publish(event)
+    events.event_publish(event)
     tick(event.event_id)  # admits `token` only
     status, body = book(client, token, event.event_id, 2)
     assert status == 200

@@ -15,7 +15,6 @@ honest when a header gains a key.
 
 import dataclasses
 import re
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,11 +34,11 @@ from django.utils import timezone
 from booking_app import reconcile
 from booking_app import services as booking
 from booking_app.models import Reservation
-from conftest import end_windows, event_state
-from queue_app import draw, line, proof, services, tokens
+from queue_app import admission, draw, events, line, proof, services, tokens
 from queue_app.models import Event
-from ticketing import ratelimit
-from ticketing import redis as r
+from queue_app.tokens import Token, parse_token
+from testsupport.line import end_windows, event_state, next_redis_second
+from ticketing import ratelimit, store
 
 ADMIT_PER_SECOND = 2
 
@@ -49,13 +48,13 @@ class World:
     """What a setup made and a call acts on."""
 
     event: Event
-    tokens: list[services.Token]  # everyone who joined, in arrival order
-    token: services.Token  # the person the call is about
+    tokens: list[Token]  # everyone who joined, in arrival order
+    token: Token  # the person the call is about
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
-    def keys(self) -> r.EventKeys:
-        return r.EventKeys(self.event.event_id)
+    def keys(self) -> store.EventKeys:
+        return store.EventKeys(self.event.event_id)
 
 
 def crowd(make_event: Callable[..., Event]) -> World:
@@ -65,13 +64,13 @@ def crowd(make_event: Callable[..., Event]) -> World:
     Line after setup: [t2, t3 (left), t4, t5, t6, t7]; the next tick admits t2, t4.
     """
     event = make_event(admit_per_second=ADMIT_PER_SECOND, total_seats=100)
-    tokens = [services.parse_token(services.queue_join(event_id=event.event_id).token) for _ in range(8)]
-    tick = services.event_admit(event.event_id)  # a fresh event's first tick always runs
+    tokens = [parse_token(services.queue_join(event_id=event.event_id).token) for _ in range(8)]
+    tick = admission.event_admit(event.event_id)  # a fresh event's first tick always runs
     assert (tick.outcome, tick.admitted) == ("ADMITTED", ADMIT_PER_SECOND)
     assert services.queue_leave(event_id=event.event_id, token=tokens[3]).removed
     # The last tick was a second ago, so the next one is due now (no sleeping).
-    k = r.EventKeys(event.event_id)
-    r.client().set(k.tick, int(r.client().time()[0]) - 1)
+    k = store.EventKeys(event.event_id)
+    store.client().set(k.tick, int(store.client().time()[0]) - 1)
     return World(event, tokens, tokens[5])
 
 
@@ -109,7 +108,7 @@ def _protected(world: World, **protections: object) -> World:
     event = world.event
     for name, value in {"proof_of_work": 1, **protections}.items():
         setattr(event, name, value)
-    services.event_publish(event)
+    events.event_publish(event)
     world.extra["nonce"] = tokens.new_nonce()
     world.extra["proof"] = _solved(event.event_id)
     world.extra["client"] = services.Client("2", bytes([10, 9, uuid.uuid4().int % 250, 1]))
@@ -146,26 +145,24 @@ def crowd_active(make_event: Callable[..., Event]) -> World:
     return world
 
 
-def _scheduled(
-    make_event: Callable[..., Event], *, joined: int, started: bool
-) -> tuple[Event, list[services.Token]]:
+def _scheduled(make_event: Callable[..., Event], *, joined: int, started: bool) -> tuple[Event, list[Token]]:
     """An event with a scheduled start and `joined` people in its pre-queue (their
     tokens); with `started`, the start has come (the operator moved it to now)."""
     event = make_event(
         admit_per_second=ADMIT_PER_SECOND, total_seats=100, opens_at=timezone.now() + timedelta(hours=1)
     )
-    early = [services.parse_token(services.queue_join(event_id=event.event_id).token) for _ in range(joined)]
+    early = [parse_token(services.queue_join(event_id=event.event_id).token) for _ in range(joined)]
     if started:
         Event.objects.filter(pk=event.pk).update(opens_at=timezone.now())
         event.refresh_from_db()
-        services.event_publish(event)
+        events.event_publish(event)
     return event, early
 
 
 def pre_queue(make_event: Callable[..., Event]) -> World:
     """Three people in the pre-queue of a start an hour away; the next join's nonce."""
     event, _ = _scheduled(make_event, joined=3, started=False)
-    world = World(event, [], services.parse_token(services.queue_join(event_id=event.event_id).token))
+    world = World(event, [], parse_token(services.queue_join(event_id=event.event_id).token))
     world.extra["nonce"] = tokens.new_nonce()
     return world
 
@@ -180,15 +177,15 @@ def drawn_but_not_switched(make_event: Callable[..., Event]) -> World:
     """A draw that wrote its tables and died before putting them in place."""
     world = drawing(make_event)
 
-    def stop(name: str, *args: Any, **kwargs: Any) -> Any:
-        if name == "draw_done":
+    def stop(call: store.Call, **kwargs: Any) -> Any:
+        if call.script.name == "draw_done":
             raise _Recorded
-        return real(name, *args, **kwargs)
+        return real(call, **kwargs)
 
-    real = r.run
-    with mock.patch.object(r, "run", stop), pytest.raises(_Recorded):
+    real = store.run
+    with mock.patch.object(store, "run", stop), pytest.raises(_Recorded):
         draw.run(world.event.event_id)
-    run_keys = sorted(n.decode() for n in r.scan(r.key(world.event.event_id, "queue", "draw", "*")))
+    run_keys = sorted(n.decode() for n in store.scan(store.key(world.event.event_id, "queue", "draw", "*")))
     world.extra["run"] = run_keys
     assert len(run_keys) == 1 and run_keys[0].endswith(":pos"), run_keys
     return world
@@ -201,8 +198,8 @@ def drawn(make_event: Callable[..., Event]) -> World:
     for _ in range(2):
         services.queue_join(event_id=event.event_id)
     assert draw.run(event.event_id).outcome == "DONE"
-    k = r.EventKeys(event.event_id)
-    r.client().set(k.tick, int(r.client().time()[0]) - 1)
+    k = store.EventKeys(event.event_id)
+    store.client().set(k.tick, int(store.client().time()[0]) - 1)
     world = World(event, early, early[0])  # number 1: drawn somewhere, not admitted
     world.extra["nonce"] = tokens.new_nonce()
     return world
@@ -214,14 +211,14 @@ def drawn_stranded(make_event: Callable[..., Event]) -> World:
     about is the second, in their window."""
     world = drawn(make_event)
     assert admit(world).admitted == ADMIT_PER_SECOND
-    table = r.client().get(world.keys.drawpos)
+    table = store.client().get(world.keys.drawpos)
     first, second = _drawn_at(world, table, 1), _drawn_at(world, table, 2)
     _strand(world, first)
     world.token = second
     return world
 
 
-def _drawn_at(world: World, table: bytes, place: int) -> services.Token:
+def _drawn_at(world: World, table: bytes, place: int) -> Token:
     """The pre-queue token drawn to this place."""
     places = [int.from_bytes(table[at : at + 4], "big") for at in range(0, len(table), 4)]
     return world.tokens[places.index(place)]
@@ -269,7 +266,7 @@ def leave(world: World) -> Any:
 
 def poll(world: World) -> Any:
     """The poll script itself (queue_poll asks it when the line's copy cannot tell)."""
-    return r.run(*services._poll_call(world.event.event_id, world.token))
+    return store.run(services._poll_call(world.event.event_id, world.token))
 
 
 def line_state(world: World) -> Any:
@@ -279,14 +276,14 @@ def line_state(world: World) -> Any:
 
 
 def admit(world: World) -> Any:
-    outcome, *numbers = r.run("admit", *services._admit_args(world.event.event_id))
-    return services.Tick(world.event.event_id, outcome.decode(), *numbers)
+    outcome, *numbers = store.run(admission._admit_call(world.event.event_id))
+    return admission.Tick(world.event.event_id, outcome.decode(), *numbers)
 
 
 def publish(world: World) -> Any:
     """The operator changes a setting: written over the live record."""
     world.event.admit_per_second = 5
-    return services.event_publish(world.event)
+    return events.event_publish(world.event)
 
 
 def close_pre_queue(world: World) -> Any:
@@ -297,9 +294,9 @@ def close_pre_queue(world: World) -> Any:
 def switch(world: World) -> Any:
     """The draw's last step, with the keys the run wrote (queue_app/draw.py: run)."""
     k = world.keys
-    size = int(r.client().hget(k.meta, "drawSize"))
-    keys = [k.meta, *world.extra["run"], k.drawpos, k.left, k.leftpre, k.leftlog, k.popped, k.pre]
-    return r.run("draw_done", keys, [size])
+    size = int(store.client().hget(k.meta, "drawSize"))
+    (run,) = world.extra["run"]
+    return store.run(draw._DRAW_DONE.call(k, runpos=run, draw_size=size))
 
 
 def limit(world: World) -> Any:
@@ -318,16 +315,16 @@ def booking_stranded(make_event: Callable[..., Event]) -> World:
     return world
 
 
-def _strand(world: World, token: services.Token) -> None:
+def _strand(world: World, token: Token) -> None:
     b = booking.Booking(uuid.uuid4(), world.event.event_id, token.text, 2)
-    reply = r.run(*booking.reserve_call(b))
+    reply = store.run(booking.reserve_call(b))
     assert reply[0] == b"OK", reply
     world.extra.update(booking=dataclasses.replace(b, window_end=int(reply[3])), entry=reply[2])
 
 
 def booking_recounting(make_event: Callable[..., Event]) -> World:
     world = booking_stranded(make_event)
-    r.client().set(world.keys.recount, "ours", px=60_000)
+    store.client().set(world.keys.recount, "ours", px=60_000)
     return world
 
 
@@ -362,7 +359,7 @@ def cancel(world: World) -> Any:
 
 def heal(world: World) -> Any:
     k = world.keys
-    return r.run("seats_heal", [k.seats, k.outbox, k.recount, k.meta], ["ours", 100])
+    return store.run(reconcile._SEATS_HEAL.call(k, mark="ours", free=100, confirmed=[]))
 
 
 def booking_lost(make_event: Callable[..., Event]) -> World:
@@ -435,9 +432,11 @@ CASES = [
 
 
 def header_types(script: str) -> dict[int, str]:
-    """KEYS position -> the Redis type its header declares, e.g. {1: 'HASH'}."""
+    """KEYS position -> the Redis type its header declares, e.g. {1: 'HASH'}: its
+    `-- KEY <name> <TYPE>` lines, in order."""
     text = (Path(settings.BASE_DIR) / "lua" / f"{script}.lua").read_text()
-    return {int(n): kind for n, kind in re.findall(r"^-- KEYS\[(\d+)\]\s+\S+\s+([A-Z]+)", text, re.M)}
+    found = re.findall(r"^-- KEY \w+\??\s+([A-Z]+)", text, re.M)
+    return {n: kind for n, kind in enumerate(found, start=1)}
 
 
 class _Recorded(Exception):
@@ -449,11 +448,11 @@ def keys_passed(case: Case, world: World) -> list[str]:
     it: the test follows services.py instead of repeating its key lists."""
     seen = []
 
-    def record(name: str, keys: list[str], args: list[Any], **kwargs: Any) -> Any:
-        seen.append((name, keys))
+    def record(call: store.Call, **kwargs: Any) -> Any:
+        seen.append((call.script.name, call.keys))
         raise _Recorded
 
-    with mock.patch.object(r, "run", record), pytest.raises(_Recorded):
+    with mock.patch.object(store, "run", record), pytest.raises(_Recorded):
         case.call(world)
     # The first: the call stops there (a booking's count for /metrics may follow it).
     (name, keys), *_ = seen
@@ -462,7 +461,7 @@ def keys_passed(case: Case, world: World) -> list[str]:
 
 
 def dump(name: str) -> tuple[str, Any]:
-    c = r.client()
+    c = store.client()
     kind = c.type(name).decode()
     reader = {"none": lambda n: None, "string": c.get, "list": lambda n: c.lrange(n, 0, -1)}[kind]
     return kind, reader(name)
@@ -470,7 +469,7 @@ def dump(name: str) -> tuple[str, Any]:
 
 def outside(world: World, keys: list[str]) -> list[str]:
     """The script's keys that are not the event's (the rate-limit counter)."""
-    return [name for name in keys if not name.startswith(r.key(world.event.event_id))]
+    return [name for name in keys if not name.startswith(store.key(world.event.event_id))]
 
 
 def state(world: World, keys: list[str]) -> dict:
@@ -480,7 +479,7 @@ def state(world: World, keys: list[str]) -> dict:
 
 def corrupt(name: str, declared: str, how: str) -> None:
     """A string key becomes a list, any other a string; a counter may get "x"."""
-    c = r.client()
+    c = store.client()
     c.delete(name)
     if how == "type" and declared == "STRING":
         c.rpush(name, "x")
@@ -508,7 +507,7 @@ def test_a_bad_key_fails_the_script_before_it_writes(case, position, how, make_e
         assert state(world, keys) == before
     finally:
         for name in outside(world, keys):  # make_event wipes the event's own keys
-            r.client().delete(name)
+            store.client().delete(name)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.script}:{c.call.__name__}")
@@ -526,7 +525,7 @@ def test_every_key_of_each_case_is_covered(case):
 @pytest.mark.parametrize("field_name", ["admitPerSecond", "windowSeconds", "maxActive"])
 def test_admit_with_a_non_number_setting_changes_nothing(make_event, field_name):
     world = crowd(make_event)
-    r.client().hset(world.keys.meta, field_name, "x")
+    store.client().hset(world.keys.meta, field_name, "x")
     before = event_state(world.event.event_id)
     with pytest.raises(redis_lib.exceptions.ResponseError):
         admit(world)
@@ -538,18 +537,23 @@ def test_event_sync_with_an_odd_settings_list_changes_nothing(make_event):
     k = world.keys
     before = event_state(world.event.event_id)
     with pytest.raises(redis_lib.exceptions.ResponseError):
-        r.run("event_sync", [k.meta, k.seats], [120, 0, 1, "status", "OPEN", "name"])
+        odd = ["status", "OPEN", "name"]
+        store.run(
+            events._EVENT_SYNC.call(
+                k, total_seats=120, sold=0, opened_at=1, opens_at="", gen="abcd", settings=odd
+            )
+        )
     assert event_state(world.event.event_id) == before
 
 
-@pytest.mark.parametrize("args", [["x", 1000], [10, "x"]], ids=["limit", "window"])
+@pytest.mark.parametrize("args", [("x", 1000), (10, "x")], ids=["limit", "window"])
 def test_ratelimit_with_a_bad_argument_counts_nothing(args):
-    c = r.client()
+    c = store.client()
     counter = f"ticket:ratelimit:test:{uuid.uuid4().hex}"
     c.set(counter, 3, px=60_000)
     try:
         with pytest.raises(redis_lib.exceptions.ResponseError):
-            r.run("ratelimit", [counter], args)
+            store.run(ratelimit.limit_call(counter, *args))
         assert c.get(counter) == b"3"
     finally:
         c.delete(counter)
@@ -563,7 +567,7 @@ def test_a_last_tick_far_ahead_is_a_clock_jump_and_the_tick_admits(make_event, a
     """After a failover to a replica whose clock is behind, the stored last tick is
     in the future: admission must not stop until the clock catches up."""
     world = crowd(make_event)
-    c = r.client()
+    c = store.client()
     second = int(c.time()[0])
     c.set(world.keys.tick, second + ahead)
     tick = admit(world)
@@ -573,9 +577,8 @@ def test_a_last_tick_far_ahead_is_a_clock_jump_and_the_tick_admits(make_event, a
 
 def test_after_a_clock_jump_the_tick_is_once_per_second_again(make_event):
     world = crowd(make_event)
-    c = r.client()
-    _, micros = c.time()
-    time.sleep(1 - micros / 1e6 + 0.01)  # both ticks in one fresh second
+    c = store.client()
+    next_redis_second(margin=0.01)  # both ticks in one fresh second
     c.set(world.keys.tick, int(c.time()[0]) + 3600)
     assert [admit(world).outcome, admit(world).outcome] == ["ADMITTED", "ALREADY_TICKED"]
 
@@ -585,7 +588,7 @@ def test_a_last_tick_slightly_ahead_still_counts_as_already_ticked(make_event, a
     """Within the tolerance a tick ahead is this second's (two beats in one second
     admit once), not a clock jump."""
     world = crowd(make_event)
-    c = r.client()
+    c = store.client()
     c.set(world.keys.tick, int(c.time()[0]) + ahead)
     before = event_state(world.event.event_id)
     tick = admit(world)

@@ -18,11 +18,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import ticketing.asgi  # noqa: F401 (its django.setup() reconfigures logging: at import, not in a test)
 from booking_app.reconcile import booking_reconcile
-from booking_app.tests.conftest import database_url_of_tests
-from conftest import LaneClient
-from queue_app import services as queue
-from ticketing import ratelimit
-from ticketing import redis as r
+from queue_app import admission, events
+from testsupport.clients import LaneClient
+from testsupport.line import next_redis_second
+from testsupport.servers import database_url_of_tests
+from ticketing import ratelimit, store
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -55,12 +55,11 @@ def tick(event_id: str) -> None:
     """One admission tick of every event (`events_admit`, as beat runs it) that
     admits for this one: in a fresh Redis second if this one had a tick already."""
     for _ in range(3):
-        ticks = {t.event_id: t for t in queue.events_admit()}
+        ticks = {t.event_id: t for t in admission.events_admit()}
         if ticks[event_id].outcome != "ALREADY_TICKED":
             assert ticks[event_id].outcome == "ADMITTED", ticks[event_id]
             return
-        _, micros = r.client().time()
-        time.sleep(1 - micros / 1e6 + 0.005)
+        next_redis_second()
     pytest.fail("no tick of its own in three seconds")
 
 
@@ -90,7 +89,7 @@ def test_metrics_after_a_join_a_tick_a_booking_and_a_refusal(client, make_event,
     join(client, ev)  # stays in line: the tick admits two
     event.admit_per_second = 2
     event.save()
-    queue.event_publish(event)
+    events.event_publish(event)
     tick(ev)
     assert book(client, first, ev, 2)[0] == 200
     assert book(client, first, ev, 1)[1]["error"]["code"] == "ALREADY_BOOKED"
@@ -134,7 +133,7 @@ def test_the_fast_lane_times_its_requests(client, event):
 
 def test_reconcile_counts_what_it_corrected(client, make_event, postgres):
     event = make_event(total_seats=10)
-    r.client().set(r.EventKeys(event.event_id).seats, 3)  # Redis lost seven sales that never were
+    store.client().set(store.EventKeys(event.event_id).seats, 3)  # Redis lost seven sales that never were
     assert booking_reconcile(event.event_id).healed_from == 3
     samples = scrape(client)
     assert value(samples, "ticketing_reconcile_mismatches_total", event=event.event_id, kind="seats") == 1

@@ -14,7 +14,8 @@ import pytest
 import requests
 from django.conf import settings
 
-from conftest import free_port, require
+from testsupport import require
+from ticketing.servers import free_port
 
 CONF = Path(settings.BASE_DIR) / "deploy" / "nginx.conf"
 

@@ -14,8 +14,9 @@ import pytest
 import requests
 from django.conf import settings
 
-from booking_app.tests.conftest import database_url_of_tests
-from conftest import free_port, require, wait_for_health
+from testsupport import require
+from testsupport.servers import database_url_of_tests, wait_for_health
+from ticketing.servers import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

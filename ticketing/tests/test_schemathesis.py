@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from booking_app.tests.conftest import database_url_of_tests
+from testsupport.servers import database_url_of_tests
 
 CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
 MAX_EXAMPLES = 25

@@ -19,8 +19,6 @@ Two things only a real server shows:
 import contextlib
 import json
 import logging
-import os
-import signal
 import socket
 import subprocess
 import threading
@@ -35,15 +33,16 @@ from django.http import HttpResponse
 from django.test import Client
 
 import ticketing.asgi  # noqa: F401 (its django.setup() reconfigures logging: at import, not under caplog)
-from conftest import LaneClient, start_gunicorn
-from ticketing import redis as r
+from testsupport.clients import LaneClient
+from testsupport.servers import start_gunicorn, stop_gunicorn
+from ticketing import store
 from ticketing.tests.test_contract import Call, assert_documented
 
 Server = tuple[str, subprocess.Popen, Path]
 
 
 def _launch(env: dict[str, str], log: Path, *, workers: int = 1) -> tuple[str, subprocess.Popen]:
-    """conftest.start_gunicorn, with the server's stderr (its log) kept in `log`."""
+    """testsupport.servers.start_gunicorn, with the server's stderr (its log) kept in `log`."""
     with log.open("wb") as stderr:
         return start_gunicorn(env, workers=workers, stderr=stderr)
 
@@ -61,9 +60,7 @@ def logged_server(tmp_path: Path) -> Iterator[Callable[[dict[str, str]], Server]
 
     yield start
     for proc in started:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_gunicorn(proc)
 
 
 # The server's own limits off: other work on this machine shares 127.0.0.1's counters.
@@ -78,7 +75,7 @@ def _join(base: str, event_id: str) -> str:
 
 def _break_the_admission_rate(event_id: str) -> None:
     """A non-number where poll reads a number: `float("abc")` raises ValueError."""
-    r.client().hset(r.EventKeys(event_id).meta, "admitRate", "abc")
+    store.client().hset(store.EventKeys(event_id).meta, "admitRate", "abc")
 
 
 def _assert_internal_error(status: int, content_type: str, body: bytes) -> None:
@@ -282,11 +279,11 @@ def test_a_burst_of_a_thousand_joins_meeting_an_empty_script_cache(gunicorn, eve
     import asyncio
 
     base, proc = gunicorn({"WEB_CONCURRENCY": "1", **NO_LIMITS})
-    r.client().script_flush()
+    store.client().script_flush()
     answers = asyncio.run(_burst_of_joins(base, event.event_id))
     failed = [a for a in answers if not a.startswith(b"HTTP/1.1 200")]
     assert not failed, (len(failed), failed[:3])
-    assert r.client().get(r.event_keys(event.event_id).seq) == str(BURST).encode()
+    assert store.client().get(store.event_keys(event.event_id).seq) == str(BURST).encode()
 
 
 def _chunks(payload: bytes):

@@ -1,6 +1,6 @@
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from queue_app import services
+from queue_app import events
 from queue_app.models import Event
 
 
@@ -17,5 +17,5 @@ class Command(BaseCommand):
             raise CommandError(f"No event {opts['event_id']!r}; create it with init_event.")
         event.status = opts["status"]
         event.save(update_fields=["status", "updated_at"])
-        services.event_publish(event, sold=event.seats_sold)
+        events.event_publish(event)
         self.stdout.write(f"Event {event.event_id} is {event.status}.")

@@ -10,7 +10,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from queue_app import services
+from queue_app import events
 from queue_app.models import Event
 
 
@@ -125,17 +125,17 @@ class Command(BaseCommand):
         try:
             with transaction.atomic():
                 event.save()  # the database refuses a total below the seats sold
-                left = services.event_publish(event, sold=event.seats_sold)
-        except services.LineStarted as exc:
+                left = events.event_publish(event)
+        except events.LineStarted as exc:
             raise CommandError(str(exc)) from None
-        except (IntegrityError, services.SeatsBelowSold):
+        except (IntegrityError, events.SeatsBelowSold):
             raise CommandError(f"{event_id}: {event.total_seats} seats is fewer than already sold.") from None
         if opts["reset"]:
             # A fresh line, but sold seats stay sold: the booking app rebuilds the
             # event's state from Postgres, as after Redis lost its data.
-            services.event_wipe(event_id)
+            events.event_wipe(event_id)
             call_command("recover_event", event_id, stdout=io.StringIO())
-            left = services.event_live_numbers(event_id)["seatsLeft"]
+            left = events.event_live_numbers(event_id)["seatsLeft"]
         verb = "Created" if existing is None else "Updated"
         self.stdout.write(
             f"{verb} event {event_id}: {event.total_seats} seats ({left} left), "

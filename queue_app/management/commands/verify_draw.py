@@ -2,7 +2,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from queue_app import draw
 from queue_app.models import Draw, commitment
-from ticketing import redis as r
+from ticketing import store
 
 
 class Command(BaseCommand):
@@ -73,8 +73,8 @@ def _line_agrees(event_id: str, listed: list[int | None]) -> tuple[int, int]:
     their drawn position: the line serves places in order (lua/admit.lua), and a
     pre-queue token's place is its number's entry in `drawpos`, which must be the
     position listed for that number's receipt (`listed`: by number, from 1)."""
-    k = r.event_keys(event_id)
-    client = r.client()
+    k = store.event_keys(event_id)
+    client = store.client()
     popped = int(client.get(k.popped) or 0)
     table = client.get(k.drawpos) or b""
     placed = [int.from_bytes(table[i : i + 4], "big") for i in range(0, len(table), 4)]

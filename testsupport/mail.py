@@ -9,7 +9,7 @@ from email.message import EmailMessage
 
 from aiosmtpd.controller import Controller
 
-from conftest import free_port
+from ticketing.servers import free_port
 
 
 class Mailbox:

@@ -1,0 +1,66 @@
+"""The one place that talks to Redis: clients (clients.py), key names (keys.py) and
+the Lua scripts (scripts.py). No raw Redis elsewhere."""
+
+from ticketing.store.clients import (
+    ASYNC_REQUEST_TIMEOUT,
+    Batcher,
+    ClusterBatcher,
+    aclose,
+    batcher,
+    client,
+    clustered,
+    delete_matching,
+    event_pipeline,
+    now_ms,
+    scan,
+)
+from ticketing.store.keys import (
+    EVENTS_KEY,
+    EventKeys,
+    event_keys,
+    key,
+    proof_spent_key,
+    ratelimit_key,
+    ratelimit_keys,
+)
+from ticketing.store.scripts import (
+    Call,
+    Caller,
+    ScriptError,
+    acount_refusal,
+    arun,
+    count_refusal,
+    load,
+    run,
+    script,
+)
+
+__all__ = [
+    "ASYNC_REQUEST_TIMEOUT",
+    "EVENTS_KEY",
+    "Batcher",
+    "Call",
+    "Caller",
+    "ClusterBatcher",
+    "EventKeys",
+    "ScriptError",
+    "aclose",
+    "acount_refusal",
+    "arun",
+    "batcher",
+    "client",
+    "clustered",
+    "count_refusal",
+    "delete_matching",
+    "event_keys",
+    "event_pipeline",
+    "key",
+    "load",
+    "now_ms",
+    "proof_spent_key",
+    "ratelimit_key",
+    "ratelimit_keys",
+    "run",
+    "scan",
+    "script",
+]
