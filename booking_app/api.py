@@ -1,22 +1,24 @@
 """Booking's JSON endpoints, declared once (see ticketing/api.py). They touch
 Postgres, so they stay on Django's lane."""
 
+import datetime
 import uuid
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
+from django.urls import reverse
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from booking_app import services, tasks
-from booking_app.models import BUYER_EMAIL_MAX, BUYER_NAME_MAX
+from booking_app import checkout, mail, services, tasks
+from booking_app.models import BUYER_EMAIL_MAX, BUYER_NAME_MAX, Reservation
 from queue_app.api import EXAMPLE_TOKEN, TOKEN_TO_FILL, EventIdField, TokenField
 from ticketing.api import Endpoint, StrictField, responses
-from ticketing.errors import DomainError, validation_error
+from ticketing.errors import DomainError, envelope, validation_error
 from ticketing.ratelimit import BookingThrottle, BookingTokenThrottle
 
 
@@ -76,17 +78,97 @@ class BookingInput(serializers.Serializer):
     buyerEmail = BuyerEmailField(source="buyer_email", required=False)  # noqa: N815
 
 
+def checkout_url(request: Request, reservation_id: uuid.UUID) -> str:
+    """Where the buyer pays for a held booking (booking_app/views.py: checkout)."""
+    return request.build_absolute_uri(reverse("checkout", args=[mail.link_token(reservation_id)]))
+
+
+@extend_schema_field({"type": "string", "format": "uri"})
+class CheckoutUrlField(serializers.Field):
+    def to_representation(self, reservation_id: uuid.UUID) -> str:
+        return checkout_url(self.context["request"], reservation_id)
+
+
+# A held booking's fields: present only while it is HELD (a free event's answer is
+# the seed's, field for field).
+HOLD_FIELDS = ("holdExpiresAt", "amount", "currency", "checkoutUrl")
+
+
 class BookedOutput(serializers.Serializer):
     reservationId = serializers.UUIDField(source="reservation_id")  # noqa: N815
     seatCount = serializers.IntegerField(source="seat_count")  # noqa: N815
     remainingSeats = serializers.IntegerField(source="remaining_seats")  # noqa: N815
     eventId = serializers.CharField(source="event_id")  # noqa: N815
-    status = serializers.ChoiceField(choices=["CONFIRMED"])
+    status = serializers.ChoiceField(
+        choices=["CONFIRMED", "HELD"],
+        help_text="CONFIRMED: booked (a free event). HELD: a priced event's seats, held for the buyer "
+        "to pay at checkoutUrl until holdExpiresAt; then CONFIRMED, or RELEASED if unpaid.",
+    )
+    holdExpiresAt = serializers.IntegerField(  # noqa: N815
+        source="hold_expires_at",
+        required=False,
+        help_text="HELD: when the hold ends unpaid (ms since the epoch)",
+    )
+    amount = serializers.IntegerField(
+        required=False, help_text="HELD: what the buyer pays, in the currency's minor unit (KRW has none)"
+    )
+    currency = serializers.CharField(required=False, help_text="HELD: ISO 4217")
+    checkoutUrl = CheckoutUrlField(  # noqa: N815
+        source="reservation_id",
+        required=False,
+        help_text="HELD: the page where the buyer pays, or gives the seats up",
+    )
+
+    def to_representation(self, booked: services.Booked) -> dict:
+        data = super().to_representation(booked)
+        if booked.status != "HELD":
+            for name in HOLD_FIELDS:
+                del data[name]
+        return data
+
+
+def _ms(moment: datetime.datetime | None) -> int | None:
+    return None if moment is None else int(moment.timestamp() * 1000)
+
+
+class ReservationOutput(serializers.Serializer):
+    reservationId = serializers.UUIDField(source="reservation_id")  # noqa: N815
+    eventId = serializers.CharField(source="event_id")  # noqa: N815
+    status = serializers.ChoiceField(choices=["HELD", "CONFIRMED", "RELEASED", "CANCELLED", "REFUNDED"])
+    seatCount = serializers.IntegerField(source="seat_count")  # noqa: N815
+    amount = serializers.IntegerField(help_text="in the currency's minor unit; 0 for a free event")
+    currency = serializers.CharField(help_text="ISO 4217; empty for a free event")
+    bookedAt = serializers.SerializerMethodField()  # noqa: N815
+    holdExpiresAt = serializers.SerializerMethodField()  # noqa: N815
+    paidAt = serializers.SerializerMethodField()  # noqa: N815
+    endedAt = serializers.SerializerMethodField()  # noqa: N815
+
+    @extend_schema_field({"type": "integer", "description": "ms since the epoch"})
+    def get_bookedAt(self, row: Reservation) -> int | None:  # noqa: N802
+        return _ms(row.created_at)
+
+    @extend_schema_field({"type": "integer", "nullable": True, "description": "a priced booking's (ms)"})
+    def get_holdExpiresAt(self, row: Reservation) -> int | None:  # noqa: N802
+        return _ms(row.hold_expires_at)
+
+    @extend_schema_field({"type": "integer", "nullable": True, "description": "when it was paid (ms)"})
+    def get_paidAt(self, row: Reservation) -> int | None:  # noqa: N802
+        return _ms(row.paid_at)
+
+    @extend_schema_field(
+        {"type": "integer", "nullable": True, "description": "when it was released or cancelled (ms)"}
+    )
+    def get_endedAt(self, row: Reservation) -> int | None:  # noqa: N802
+        return _ms(row.released_at or row.cancelled_at)
 
 
 class CancelledOutput(serializers.Serializer):
     reservationId = serializers.UUIDField(source="reservation_id")  # noqa: N815
-    status = serializers.ChoiceField(choices=["CANCELLED"])
+    status = serializers.ChoiceField(
+        choices=["CANCELLED", "RELEASED", "REFUNDED"],
+        help_text="CANCELLED: a booking cancelled; RELEASED: a hold given up before paying; "
+        "REFUNDED: a paid booking cancelled and its payment returned",
+    )
     seatCount = serializers.IntegerField(source="seat_count")  # noqa: N815
 
 
@@ -155,14 +237,51 @@ class BookingView(Endpoint):
                 rid = exc.details["reservationId"]
                 tasks.confirmation_soon(request, rid, buyer_email=email, pending=True)
             raise
-        tasks.confirmation_soon(request, booked.reservation_id, buyer_email=email)
+        if booked.status == "CONFIRMED":  # a hold is mailed once paid
+            tasks.confirmation_soon(request, booked.reservation_id, buyer_email=email)
         return self.answer(booked)
 
 
 class CancelView(Endpoint):
-    """Cancel a reservation with the token that booked it; its seats go back on sale."""
+    """A reservation, read or ended with the token that booked it: a hold is given up
+    (RELEASED), a booking cancelled (a paid one refunded); its seats go back on sale."""
 
     Input, Output, source = CancelInput, CancelledOutput, "query"
+
+    @extend_schema(
+        operation_id="booking_read",
+        parameters=[
+            CancelInput,
+            OpenApiParameter(
+                "reservation_id", str, OpenApiParameter.PATH, description="a reservation id (UUID)"
+            ),
+        ],
+        responses=responses(
+            ReservationOutput,
+            "VALIDATION_ERROR",
+            "MISSING_TOKEN",
+            "RESERVATION_NOT_FOUND",
+            "DATABASE_UNAVAILABLE",
+        ),
+    )
+    def get(self, request: Request, reservation_id: str) -> Response:
+        rid = self._reservation_id(reservation_id)
+        token = self.validated(request)["token"]
+        row = (
+            Reservation.objects.filter(reservation_id=rid, token=token.text)
+            .exclude(status=Reservation.Status.VOID)
+            .first()
+        )
+        if row is None:
+            raise DomainError("RESERVATION_NOT_FOUND")
+        return Response(envelope(ReservationOutput(row).data))
+
+    @staticmethod
+    def _reservation_id(text: str) -> uuid.UUID:
+        try:
+            return uuid.UUID(text)
+        except ValueError:
+            raise validation_error("reservationId must be a UUID.") from None
 
     @extend_schema(
         operation_id="booking_cancel",
@@ -182,9 +301,6 @@ class CancelView(Endpoint):
         ),
     )
     def delete(self, request: Request, reservation_id: str) -> Response:
-        try:
-            rid = uuid.UUID(reservation_id)
-        except ValueError:
-            raise validation_error("reservationId must be a UUID.") from None
+        rid = self._reservation_id(reservation_id)
         token = self.validated(request)["token"]
-        return self.answer(services.booking_cancel(reservation_id=rid, token=token.text))
+        return self.answer(checkout.booking_end(reservation_id=rid, token=token.text))

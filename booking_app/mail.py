@@ -20,6 +20,7 @@ from django.urls import reverse
 from django.utils import translation
 
 from booking_app.models import Reservation
+from ticketing import money
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,7 @@ def confirmation_send(*, reservation_id: str, base_url: str, language: str) -> s
     context = {
         "reservation": row,
         "link": base_url + reverse("booking-page", args=[link_token(row.reservation_id)]),
+        "amount": money.shown(row.amount, row.currency) if row.amount else "",
     }
     with translation.override(language):
         subject = render_to_string("booking_app/confirmation_subject.txt", context).strip()

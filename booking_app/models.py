@@ -14,10 +14,25 @@ BUYER_NAME_MAX = 200
 BUYER_EMAIL_MAX = 254
 
 
+# The statuses whose seats are taken: the seat ledger (seats_sold), the seat caps
+# and the one-booking-per-token rule count these.
+TAKEN = ("HELD", "CONFIRMED")
+# The statuses whose seats went back on sale (exactly once, lua/cancel.lua).
+GIVEN_BACK = ("CANCELLED", "RELEASED", "REFUNDED")
+
+
 class Reservation(models.Model):
     class Status(models.TextChoices):
+        # A priced event's booking while its buyer pays (booking_app/checkout.py):
+        # its seats are taken, as a confirmed booking's are.
+        HELD = "HELD", _("Held (awaiting payment)")
         CONFIRMED = "CONFIRMED", _("Confirmed")
         CANCELLED = "CANCELLED", _("Cancelled")
+        # A hold that ended unpaid (declined, abandoned, or run out): seats back on sale.
+        RELEASED = "RELEASED", _("Released (not paid)")
+        # Its payment was returned: a paid booking cancelled, or a payment that came
+        # after its hold was released. Its seats are back on sale.
+        REFUNDED = "REFUNDED", _("Refunded")
         # Decided against: Postgres refused it or could not save it, and its client was
         # told so. The row stays so that nothing (a retry, reconcile, a Redis restored
         # from an older snapshot) can confirm the same reservation id later.
@@ -55,6 +70,20 @@ class Reservation(models.Model):
     # Set once a cancellation's seats are back in Redis; unset rows are retried.
     seats_returned_at = models.DateTimeField(_("seats returned at"), null=True, blank=True)
 
+    # Checkout: what the buyer owes (price x seats, in the currency's minor unit, as
+    # the event said when the seats were taken), until when the seats are held, and
+    # the provider's payment once paid.
+    amount = models.PositiveBigIntegerField(_("amount"), default=0)
+    currency = models.CharField(_("currency"), max_length=3, blank=True)
+    hold_expires_at = models.DateTimeField(_("hold expires at"), null=True, blank=True)
+    payment_id = models.CharField(_("payment id"), max_length=200, null=True, blank=True, unique=True)
+    # Set before the provider is asked to take the money: a hold whose time runs out
+    # with this set is looked up at the provider before it is released.
+    paying_since = models.DateTimeField(_("paying since"), null=True, blank=True)
+    paid_at = models.DateTimeField(_("paid at"), null=True, blank=True)
+    released_at = models.DateTimeField(_("released at"), null=True, blank=True)
+    refunded_at = models.DateTimeField(_("refunded at"), null=True, blank=True)
+
     class MailStatus(models.TextChoices):
         QUEUED = "", _("queued (or no email given)")
         SENT = "SENT", _("Sent")
@@ -70,25 +99,34 @@ class Reservation(models.Model):
         verbose_name_plural = _("reservations")
         ordering = ["-created_at"]
         constraints = [
-            # One booking per token: a cancelled one no longer counts, so the person
-            # may queue and book again.
+            # One booking per token: a cancelled or released one no longer counts, so
+            # the person may queue and book again.
             models.UniqueConstraint(
                 fields=["event", "token"],
-                condition=models.Q(status="CONFIRMED"),
-                name="one_confirmed_reservation_per_token",
+                condition=models.Q(status__in=TAKEN),
+                name="one_live_reservation_per_token",
+            ),
+            models.CheckConstraint(
+                condition=~models.Q(status="HELD") | models.Q(hold_expires_at__isnull=False),
+                name="a_hold_has_an_expiry",
             ),
             models.CheckConstraint(condition=models.Q(seat_count__gte=1), name="at_least_one_seat"),
         ]
         indexes = [
             models.Index(
                 fields=["event", "user"],
-                condition=models.Q(status="CONFIRMED", user__isnull=False),
+                condition=models.Q(status__in=TAKEN, user__isnull=False),
                 name="reservation_by_user",
             ),
             models.Index(
                 fields=["event", "buyer_key"],
-                condition=models.Q(status="CONFIRMED") & ~models.Q(buyer_key=""),
+                condition=models.Q(status__in=TAKEN) & ~models.Q(buyer_key=""),
                 name="reservation_by_buyer",
+            ),
+            models.Index(
+                fields=["hold_expires_at"],
+                condition=models.Q(status="HELD"),
+                name="reservation_holds",
             ),
             models.Index(
                 fields=["published_at"],

@@ -108,9 +108,13 @@ def wait_until_sent(timeout: float = 10) -> bool:
 
 
 def publish_pending(limit: int = 1000) -> int:
-    """Send every confirmed reservation not yet published (oldest first)."""
-    unpublished = Reservation.objects.filter(published_at__isnull=True).exclude(
-        status=Reservation.Status.VOID
+    """Send every confirmed reservation not yet published (oldest first): not a hold
+    until it is paid, nor one that never was (released, or refunded unconfirmed)."""
+    never = Reservation.Status.VOID, Reservation.Status.HELD, Reservation.Status.RELEASED
+    unpublished = (
+        Reservation.objects.filter(published_at__isnull=True)
+        .exclude(status__in=never)
+        .exclude(status=Reservation.Status.REFUNDED, paid_at=None)
     )
     batch = list(unpublished.order_by("created_at")[:limit])
     if batch:

@@ -24,7 +24,7 @@ from django.db.models import Sum
 from django.utils import timezone
 from redis.exceptions import LockError
 
-from booking_app.models import Reservation
+from booking_app.models import GIVEN_BACK, TAKEN, Reservation
 from booking_app.services import (
     CONFIRMED,
     Booking,
@@ -187,7 +187,7 @@ def _check_ledger(event_id: str) -> int | None:
     this transaction and then adds its seats to the corrected value."""
     with transaction.atomic():
         ledger = Event.objects.select_for_update().values_list("seats_sold", flat=True).get(event_id=event_id)
-        rows = Reservation.objects.filter(event_id=event_id, status=Reservation.Status.CONFIRMED)
+        rows = Reservation.objects.filter(event_id=event_id, status__in=TAKEN)
         sold = rows.aggregate(n=Sum("seat_count"))["n"] or 0
         if ledger == sold:
             return None
@@ -211,10 +211,10 @@ def _recount(k: store.EventKeys, report: Report) -> bool:
             # The snapshot starts with this first query; the outbox is read after it.
             total = Event.objects.values_list("total_seats", flat=True).get(event_id=k.event_id)
             rows = Reservation.objects.filter(event_id=k.event_id)
-            sold = rows.filter(status=Reservation.Status.CONFIRMED).aggregate(n=Sum("seat_count"))["n"] or 0
+            sold = rows.filter(status__in=TAKEN).aggregate(n=Sum("seat_count"))["n"] or 0
             unreturned = sum(
                 seats
-                for rid, seats in rows.filter(status=Reservation.Status.CANCELLED).values_list(
+                for rid, seats in rows.filter(status__in=GIVEN_BACK).values_list(
                     "reservation_id", "seat_count"
                 )
                 if str(rid) not in returned
@@ -254,7 +254,7 @@ def _recount(k: store.EventKeys, report: Report) -> bool:
 
 def _return_cancelled(k: store.EventKeys, report: Report) -> None:
     returned = {rid.decode() for rid in store.client().hkeys(k.returned)}
-    for reservation in Reservation.objects.filter(event_id=k.event_id, status=Reservation.Status.CANCELLED):
+    for reservation in Reservation.objects.filter(event_id=k.event_id, status__in=GIVEN_BACK):
         rid = str(reservation.reservation_id)
         if rid in returned:
             if reservation.seats_returned_at is None:
@@ -287,7 +287,7 @@ def restore_marks(event_id: str, batch: int = 1000) -> int:
     written. Returns how many.
     """
     k = store.EventKeys(event_id)
-    confirmed = Reservation.objects.filter(event_id=event_id, status=Reservation.Status.CONFIRMED)
+    confirmed = Reservation.objects.filter(event_id=event_id, status__in=TAKEN)
     rows = list(confirmed.values_list("reservation_id", "token"))
     restored = 0
     for start in range(0, len(rows), batch):

@@ -1,13 +1,11 @@
 from django.db.models import Sum
 
-from booking_app.models import Reservation
+from booking_app.models import TAKEN, Reservation
 
 
 def seats_sold(event_id: str) -> int:
-    """Seats of confirmed reservations in Postgres: the durable count."""
+    """Seats of held and confirmed reservations in Postgres: the durable count."""
     return (
-        Reservation.objects.filter(event_id=event_id, status=Reservation.Status.CONFIRMED).aggregate(
-            n=Sum("seat_count")
-        )["n"]
+        Reservation.objects.filter(event_id=event_id, status__in=TAKEN).aggregate(n=Sum("seat_count"))["n"]
         or 0
     )

@@ -18,6 +18,7 @@ be asked: then the outbox entry waits for reconcile (booking_app/reconcile.py).
 
 import contextlib
 import dataclasses
+import datetime
 import logging
 import time
 import uuid
@@ -31,7 +32,7 @@ from django.utils import timezone
 
 from booking_app import publish
 from booking_app.buyers import email_key
-from booking_app.models import Reservation
+from booking_app.models import TAKEN, Reservation
 from queue_app.models import Event
 from queue_app.tokens import Token, issued
 from ticketing import metrics, store
@@ -50,6 +51,9 @@ class Reserved(NamedTuple):
     detail: Any = None
     entry: bytes = b""
     window_end: int = 0
+    amount: int = 0
+    currency: bytes = b""
+    hold_until: int = 0
 
 
 _RESERVE = store.Caller(
@@ -82,6 +86,11 @@ class Booking:
     buyer_email: str = ""
     window_end: int = 0  # the active window it used (ms), given back if it is refused
     user_id: int | None = None  # the signed-in account that booked
+    # A priced event's: what the buyer owes (minor units) and until when its seats
+    # are held (ms, Redis' clock). 0: free, confirmed at once.
+    amount: int = 0
+    currency: str = ""
+    hold_until: int = 0
 
     @classmethod
     def from_outbox(cls, event_id: str, fields: dict[bytes, bytes]) -> "Booking":
@@ -94,6 +103,9 @@ class Booking:
             fields.get(b"buyerEmail", b"").decode(),
             int(fields.get(b"windowEnd", 0)),
             int(fields[b"userId"]) if fields.get(b"userId") else None,
+            int(fields.get(b"amount", 0)),
+            fields.get(b"currency", b"").decode(),
+            int(fields.get(b"holdUntil", 0)),
         )
 
     @property
@@ -105,9 +117,16 @@ class Booking:
 class Decision:
     """How Postgres decided a booking."""
 
-    outcome: str  # CONFIRMED, ALREADY_BOOKED, NO_ROOM, SEAT_CAP, BUYER_REQUIRED or NOT_SAVED
-    reservation: Reservation | None = None  # the confirmed row: this booking's, or the token's earlier one
+    # CONFIRMED (the row took its seats: CONFIRMED, or HELD on a priced event, as
+    # its status says), ALREADY_BOOKED, NO_ROOM, SEAT_CAP, BUYER_REQUIRED or NOT_SAVED
+    outcome: str
+    reservation: Reservation | None = None  # the row holding seats: this booking's or the token's earlier one
     seats_free: int = 0  # NO_ROOM: seats Postgres still has; SEAT_CAP: seats the buyer may still book
+
+
+def from_ms(ms: int) -> datetime.datetime:
+    """A time of Redis' clock (ms since the epoch), as Postgres keeps times."""
+    return datetime.datetime.fromtimestamp(ms / 1000, datetime.UTC)
 
 
 def _one_statement() -> contextlib.AbstractContextManager:
@@ -133,12 +152,17 @@ def _record(b: Booking) -> Decision:
                 event_id=b.event_id,
                 token=b.token,
                 seat_count=b.seat_count,
+                status=Reservation.Status.HELD if b.hold_until else Reservation.Status.CONFIRMED,
                 buyer_name=b.buyer_name,
                 buyer_email=b.buyer_email,
                 user_id=b.user_id,
                 buyer_key=email_key(b.buyer_email),
+                amount=b.amount,
+                currency=b.currency,
+                hold_expires_at=from_ms(b.hold_until) if b.hold_until else None,
             )
-            transaction.on_commit(lambda: publish.publish_soon(row))
+            if row.status == Reservation.Status.CONFIRMED:  # a hold is published once paid
+                transaction.on_commit(lambda: publish.publish_soon(row))
         return Decision(CONFIRMED, row)
     except IntegrityError as exc:
         refused = exc
@@ -154,9 +178,7 @@ def _record(b: Booking) -> Decision:
     decided = Reservation.objects.filter(reservation_id=b.reservation_id).first()
     if decided is not None:
         return decision_of(decided)
-    existing = Reservation.objects.filter(
-        event_id=b.event_id, token=b.token, status=Reservation.Status.CONFIRMED
-    ).first()
+    existing = Reservation.objects.filter(event_id=b.event_id, token=b.token, status__in=TAKEN).first()
     if existing is None:
         raise refused
     return _void(b, Decision(ALREADY_BOOKED, existing))
@@ -169,7 +191,7 @@ def seats_allowed(event_id: str, user_id: int | None, buyer_email: str) -> int:
     per_buyer, per_booking = Event.objects.values_list("max_seats_per_buyer", "max_seats_per_booking").get(
         event_id=event_id
     )
-    confirmed = Reservation.objects.filter(event_id=event_id, status=Reservation.Status.CONFIRMED)
+    confirmed = Reservation.objects.filter(event_id=event_id, status__in=TAKEN)
     allowed = []
     if user_id is not None:
         held = confirmed.filter(user_id=user_id).aggregate(n=Sum("seat_count"))["n"] or 0
@@ -246,9 +268,7 @@ def decision_of(row: Reservation) -> Decision:
     """The decision an existing row records."""
     if row.status != Reservation.Status.VOID:
         return Decision(CONFIRMED, row)
-    confirmed = Reservation.objects.filter(
-        event_id=row.event_id, token=row.token, status=Reservation.Status.CONFIRMED
-    ).first()
+    confirmed = Reservation.objects.filter(event_id=row.event_id, token=row.token, status__in=TAKEN).first()
     return Decision(ALREADY_BOOKED, confirmed) if confirmed else Decision(NOT_SAVED)
 
 
@@ -319,7 +339,10 @@ class Booked:
     seat_count: int
     remaining_seats: int
     event_id: str
-    status: str = Reservation.Status.CONFIRMED
+    status: str = Reservation.Status.CONFIRMED  # or HELD: a priced event's, until paid
+    amount: int = 0
+    currency: str = ""
+    hold_expires_at: int | None = None  # ms
 
 
 def reserve_call(b: Booking) -> store.Call:
@@ -361,7 +384,13 @@ def booking_reserve(
         extra = {"remainingSeats": reply.detail} if outcome == "INSUFFICIENT_SEATS" else {}
         raise DomainError(outcome, **extra)
     entry_id = reply.entry
-    b = dataclasses.replace(b, window_end=int(reply.window_end))
+    b = dataclasses.replace(
+        b,
+        window_end=int(reply.window_end),
+        amount=int(reply.amount),
+        currency=reply.currency.decode(),
+        hold_until=int(reply.hold_until),
+    )
 
     decision = booking_decide(b)
     if decision is None:
@@ -372,7 +401,16 @@ def booking_reserve(
             outbox_done(k, entry_id)
         except REDIS_ERRORS as exc:  # committed: the leftover entry is reconcile's to remove
             log.warning("booking %s confirmed; its outbox entry stays: %s", b.reservation_id, exc)
-        return Booked(b.reservation_id, seat_count, reply.detail, event_id)
+        return Booked(
+            b.reservation_id,
+            seat_count,
+            reply.detail,
+            event_id,
+            decision.reservation.status,
+            b.amount,
+            b.currency,
+            b.hold_until or None,
+        )
     try:
         release(k, entry_id, b, decision)
     except REDIS_ERRORS as exc:  # the row is VOID: reconcile releases the entry

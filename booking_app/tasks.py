@@ -8,7 +8,7 @@ from django.db import DatabaseError, close_old_connections
 from django.http import HttpRequest
 from django.utils import translation
 
-from booking_app import mail, publish, reconcile, retention, services
+from booking_app import checkout, mail, publish, reconcile, retention, services
 from ticketing.celery import app
 from ticketing.errors import REDIS_ERRORS
 
@@ -24,6 +24,17 @@ def publish_pending() -> int:
 def reconcile_all() -> dict[str, bool]:
     """Outbox settled, seats recounted from Postgres, cancellations returned: every event."""
     return reconcile.events_reconcile()
+
+
+@shared_task(ignore_result=True)
+def holds_expire() -> int:
+    """Holds whose time ran out, released (or, paid in time, confirmed): checkout.py."""
+    return checkout.holds_expire()
+
+
+@shared_task(ignore_result=True)
+def refunds_retry() -> int:
+    return checkout.refunds_retry()
 
 
 @shared_task(ignore_result=True)

@@ -1,5 +1,7 @@
-"""The booking page (for a token in its active window) and the confirmation page."""
+"""The booking page (for a token in its active window), the checkout of a priced
+event's hold, and each booking's own page."""
 
+import time
 import uuid
 
 from django import forms
@@ -9,13 +11,13 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_http_methods
 
-from booking_app import mail, services, tasks
+from booking_app import checkout, mail, services, tasks
 from booking_app.models import BUYER_EMAIL_MAX, BUYER_NAME_MAX, Reservation
 from queue_app import services as queue
 from queue_app import tokens
 from queue_app.models import Event
 from queue_app.views import token_cookie
-from ticketing import store
+from ticketing import money, store
 from ticketing.errors import DomainError
 
 MESSAGES = {
@@ -95,6 +97,8 @@ def book(request: HttpRequest, event_id: str) -> HttpResponse:
                 return redirect("waiting-room", event_id)
             error = exc.code
         else:
+            if booked.status == Reservation.Status.HELD:
+                return redirect("checkout", mail.link_token(booked.reservation_id))
             email = form.cleaned_data["buyer_email"]
             tasks.confirmation_soon(request, booked.reservation_id, buyer_email=email)
             return redirect("confirmation", event_id, booked.reservation_id)
@@ -108,6 +112,7 @@ def book(request: HttpRequest, event_id: str) -> HttpResponse:
             "error": error,
             "error_message": MESSAGES.get(error, ""),
             "now_ms": store.now_ms(event.event_id),
+            "price": money.shown(event.price, event.currency) if event.price else "",
         },
         status=409 if error == "INSUFFICIENT_SEATS" else 200,
     )
@@ -141,9 +146,62 @@ def confirmation(request: HttpRequest, event_id: str, reservation_id: str) -> Ht
 
 
 def _booking(request: HttpRequest, reservation: Reservation, **context) -> HttpResponse:
-    link = reverse("booking-page", args=[mail.link_token(reservation.reservation_id)])
-    context = {"reservation": reservation, "link": link, **context}
+    signed = mail.link_token(reservation.reservation_id)
+    context = {
+        "reservation": reservation,
+        "link": reverse("booking-page", args=[signed]),
+        "checkout_link": reverse("checkout", args=[signed]),
+        "amount": money.shown(reservation.amount, reservation.currency) if reservation.amount else "",
+        **context,
+    }
     return render(request, "booking_app/confirmation.html", context)
+
+
+# What the checkout page says when a payment did not go through.
+PAYMENT_MESSAGES = {
+    "PAYMENT_UNAVAILABLE": _(
+        "The payment could not be completed just now; your seats are still held. Try again."
+    ),
+}
+
+
+@require_http_methods(["GET", "POST"])
+def checkout_page(request: HttpRequest, signed: str) -> HttpResponse:
+    """A held booking's checkout, reached by its signed link (the booking answer's
+    checkoutUrl): the amount, the time left, and the provider's step. The built-in
+    test provider's step is a Pay and a Decline button. Any other state of the
+    booking is shown on its own page."""
+    rid = mail.reservation_id_of(signed)
+    row = Reservation.objects.select_related("event").filter(reservation_id=rid).first()
+    if rid is None or row is None or row.status == Reservation.Status.VOID:
+        raise Http404
+    error = None
+    if request.method == "POST" and row.status == Reservation.Status.HELD:
+        outcome = request.POST.get("outcome")
+        if outcome not in ("pay", "decline"):
+            return HttpResponse(status=400)
+        try:
+            row = checkout.hold_pay(reservation_id=rid, reply={"outcome": outcome})
+        except DomainError as exc:
+            if exc.code not in PAYMENT_MESSAGES:
+                return redirect("booking-page", signed)  # declined, run out: its page says so
+            error = exc.code
+        else:
+            if row.status == Reservation.Status.CONFIRMED:
+                tasks.confirmation_soon(request, rid, buyer_email=row.buyer_email)
+            return redirect("booking-page", signed)
+    if row.status != Reservation.Status.HELD:
+        return redirect("booking-page", signed)
+    context = {
+        "reservation": row,
+        "amount": money.shown(row.amount, row.currency),
+        "expires_ms": int(row.hold_expires_at.timestamp() * 1000),
+        "now_ms": int(time.time() * 1000),
+        "link": reverse("booking-page", args=[signed]),
+        "error": error,
+        "error_message": PAYMENT_MESSAGES.get(error, ""),
+    }
+    return render(request, "booking_app/checkout.html", context, status=503 if error else 200)
 
 
 @require_http_methods(["GET", "POST"])
@@ -156,7 +214,7 @@ def booking_page(request: HttpRequest, signed: str) -> HttpResponse:
         raise Http404
     if request.method == "POST":
         try:
-            reservation = services.booking_cancel(reservation_id=rid)
+            reservation = checkout.booking_end(reservation_id=rid)
         except DomainError:  # ALREADY_CANCELLED (twice, or in another tab): the page shows it is
             reservation.refresh_from_db()
             return _booking(request, reservation)

@@ -12,11 +12,14 @@
 -- the token no longer counts as active, and the booking, with every field its row needs
 -- and the window it used (given back if Postgres refuses it), is appended to the
 -- outbox stream: Postgres gets it even if the app process dies before its own write
--- (reconcile decides it then).
+-- (reconcile decides it then). On a priced event the entry also carries what the
+-- buyer owes (price x seats, as the event says now) and until when the seats are
+-- held (Redis' clock, the one the windows use): the row is written HELD.
 -- Validates every key before its first write: a key of the wrong type is an error
 -- that changes nothing.
 --
--- KEY meta        HASH    status, gen, maxPerBooking, requireAccount, draw, drawSize, maxPerBuyer
+-- KEY meta        HASH    status, gen, maxPerBooking, requireAccount, draw, drawSize, maxPerBuyer,
+--                         price, currency, holdSeconds
 -- KEY windows     ZSET    the admission log
 -- KEY booked      STRING  reservation id, once this token has booked ('-' and an id:
 --                         a booking that was not saved, which does not stop another)
@@ -46,9 +49,12 @@
 --                 the most per booking; SOLD_OUT, INSUFFICIENT_SEATS: seats left
 -- REPLY entry     OK: the outbox entry's id
 -- REPLY window_end  OK: the end of the person's window (ms)
+-- REPLY amount    OK: what the buyer owes, in the currency's minor unit (0: free)
+-- REPLY currency  OK: its currency
+-- REPLY hold_until  OK on a priced event: when the hold ends (ms), else 0
 -- needs: line
 local fields = redis.call('HMGET', meta, 'status', 'maxPerBooking', 'requireAccount', 'gen', 'draw',
-  'drawSize', 'maxPerBuyer')
+  'drawSize', 'maxPerBuyer', 'price', 'currency', 'holdSeconds')
 if not fields[1] then return {'EVENT_NOT_FOUND'} end
 if fields[1] ~= 'OPEN' then return {'EVENT_CLOSED'} end
 if fields[3] == '1' and account == '' then return {'ACCOUNT_REQUIRED'} end
@@ -75,6 +81,10 @@ local seats_left = tonumber(redis.call('GET', seats) or 0)
 if not seats_left then return redis.error_reply('seats left is not a number') end
 if seats_left <= 0 then return {'SOLD_OUT', 0} end
 if seats_left < count then return {'INSUFFICIENT_SEATS', seats_left} end
+local price, hold = tonumber(fields[8] or 0), tonumber(fields[10] or 0)
+if not price or not hold then return redis.error_reply('price and holdSeconds must be numbers') end
+local amount, currency, hold_until = price * count, fields[9] or '', 0
+if amount > 0 then hold_until = now_ms() + hold * 1000 end
 redis.call('XLEN', outbox)  -- a wrong type fails here, before any write
 redis.call('HLEN', per_window)
 counter(active)
@@ -85,5 +95,6 @@ redis.call('SETBIT', booked_places, place, 1)
 redis.call('HINCRBY', per_window, window, 1)
 redis.call('DECR', active)
 local entry = redis.call('XADD', outbox, '*', 'reservationId', reservation, 'token', token_text,
-  'seats', count, 'buyerName', name, 'buyerEmail', email, 'windowEnd', window_end, 'userId', account)
-return {'OK', seats_left, entry, window_end}
+  'seats', count, 'buyerName', name, 'buyerEmail', email, 'windowEnd', window_end, 'userId', account,
+  'amount', amount, 'currency', currency, 'holdUntil', hold_until)
+return {'OK', seats_left, entry, window_end, amount, currency, hold_until}

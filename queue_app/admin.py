@@ -2,7 +2,7 @@
 
 from django import forms
 from django.contrib import admin, messages
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Q, QuerySet, Sum
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.urls import path, reverse
@@ -12,6 +12,7 @@ from django.utils.translation import gettext_lazy as _
 
 from queue_app import events, live
 from queue_app.models import Event
+from ticketing import money
 
 
 class EventForm(forms.ModelForm):
@@ -30,6 +31,9 @@ class EventForm(forms.ModelForm):
             "require_account",
             "max_places_per_address",
             "max_seats_per_buyer",
+            "price",
+            "currency",
+            "hold_seconds",
             "opens_at",
         ]
 
@@ -110,6 +114,16 @@ class EventAdmin(admin.ModelAdmin):
                     "max_active_users",
                     "max_seats_per_booking",
                 ]
+            },
+        ),
+        (
+            _("Price and checkout"),
+            {
+                "description": _(
+                    "A priced event holds a booking's seats while its buyer pays, and puts them back "
+                    "on sale if the payment does not come in time. A price of 0 books at once, for free."
+                ),
+                "fields": ["price", "currency", "hold_seconds"],
             },
         ),
         (
@@ -261,8 +275,19 @@ class EventAdmin(admin.ModelAdmin):
             "bookings": confirmed.count(),
             "seatsSold": Event.objects.values_list("seats_sold", flat=True).get(pk=event.pk),
             "totalSeats": event.total_seats,
+            "revenue": self._revenue(event),
         }
         return JsonResponse({"numbers": numbers, "series": live.series(event.event_id, confirmed)})
+
+    @staticmethod
+    def _revenue(event: Event) -> dict[str, str]:
+        """Money held (awaiting payment), paid (kept) and refunded, as people read it."""
+        sums = event.reservations.aggregate(
+            held=Sum("amount", filter=Q(status="HELD")),
+            paid=Sum("amount", filter=Q(status="CONFIRMED")),
+            refunded=Sum("amount", filter=Q(status="REFUNDED")),
+        )
+        return {k: money.shown(v or 0, event.currency) for k, v in sums.items()}
 
     @admin.display(description=_("protections"))
     def protection(self, obj: Event) -> str:

@@ -39,6 +39,9 @@ def event_publish(event: Event, *, sold: int | None = None) -> int:
         "proofOfWork": event.proof_of_work,
         "maxPerAddress": event.max_places_per_address,
         "maxPerBuyer": event.max_seats_per_buyer,
+        "price": event.price,
+        "currency": event.currency,
+        "holdSeconds": event.hold_seconds,
     }
     pairs = [x for item in fields.items() for x in item]
     # A start whose draw has happened is history: a line rebuilt after it (a reset,

@@ -6,12 +6,14 @@ import secrets
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator, RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.utils import timezone
 from django.utils.text import capfirst, format_lazy
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
+
+from ticketing import money
 
 # No braces (they form the Redis Cluster hash tag) and no colons (the key separator).
 # The schema's pattern (ECMAScript, where `$` is the very end); Python matches ids in
@@ -93,7 +95,28 @@ class Event(models.Model):
             "by email. An account is always capped: at this, or else at the most seats per booking."
         ),
     )
-    # The durable seat count: the sum of confirmed reservations, kept by a database
+    # Checkout (booking_app/checkout.py): a priced event holds the seats of a booking
+    # while its buyer pays, and releases them if the payment does not come in time.
+    price = models.PositiveIntegerField(
+        _("price"),
+        default=0,
+        validators=[MaxValueValidator(money.MAX_PRICE)],
+        help_text=_("Per seat, in the currency's minor unit (KRW has none: 55000 is 55,000 KRW); 0 = free."),
+    )
+    currency = models.CharField(
+        _("currency"),
+        max_length=3,
+        choices=money.CURRENCY_CHOICES,
+        default=money.DEFAULT_CURRENCY,
+        validators=[money.validate_currency],
+    )
+    hold_seconds = models.PositiveIntegerField(
+        _("hold seconds"),
+        default=600,
+        validators=[MinValueValidator(5), MaxValueValidator(3600)],
+        help_text=_("How long a priced booking's seats are held while its buyer pays."),
+    )
+    # The durable seat count: the sum of held and confirmed reservations, kept by a database
     # trigger in the same statement as every change of a reservation (see
     # booking_app/migrations/0003_seat_ledger_trigger.py). Redis decides who gets a
     # seat; this column and the constraint below make Postgres refuse a sale that
@@ -154,13 +177,17 @@ class Event(models.Model):
             Draw.objects.get_or_create(event=self)
 
     def clean(self) -> None:
-        """A start is set in the future, and stays as it is once it has passed (the
-        pre-queue closed then, and its draw is under way or done)."""
+        """A price needs a payment provider. A start is set in the future, and stays
+        as it is once it has passed (the pre-queue closed then, and its draw is under
+        way or done)."""
         stored = (
             None
             if self._state.adding
             else type(self).objects.filter(pk=self.pk).values_list("opens_at", flat=True).first()
         )
+        if self.price and not settings.PAYMENTS_PROVIDER:
+            said = _("No payment provider is set up (PAYMENTS_PROVIDER): this server sells free seats only.")
+            raise ValidationError({"price": said})
         if self.opens_at == stored:
             return
         now = timezone.now()

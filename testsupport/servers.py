@@ -90,6 +90,8 @@ def server_env(**overrides: str) -> dict[str, str]:
         "SECRET_KEY": settings.SECRET_KEY,
         "QUEUE_TOKEN_KEY": settings.QUEUE_TOKEN_KEY,
         "DRAW_SIGNING_KEY": base64.b64encode(settings.DRAW_SIGNING_KEY).decode(),
+        "PAYMENTS_PROVIDER": settings.PAYMENTS_PROVIDER,
+        "PAYMENTS_ALLOW_TEST": str(settings.PAYMENTS_ALLOW_TEST).lower(),
         "RATE_LIMIT_JOIN": "0",
         "RATE_LIMIT_LEAVE": "0",
         "RATE_LIMIT_CHALLENGE": "0",

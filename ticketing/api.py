@@ -84,7 +84,7 @@ class Endpoint(APIView):
         return dict(serializer.validated_data)
 
     def answer(self, result: object) -> Response:
-        return Response(envelope(self.Output(result).data))
+        return Response(envelope(self.Output(result, context={"request": self.request}).data))
 
 
 @cache

@@ -32,6 +32,18 @@ app.conf.beat_schedule = {
         "schedule": timedelta(seconds=30),
         "options": {"expires": 30.0},
     },
+    # Holds whose time ran out: their seats back on sale within a second or so.
+    "release-expired-holds": {
+        "task": "booking_app.tasks.holds_expire",
+        "schedule": timedelta(seconds=1),
+        "options": {"expires": 1.0},
+    },
+    # Refunds the payment provider could not take when they were due.
+    "retry-refunds": {
+        "task": "booking_app.tasks.refunds_retry",
+        "schedule": timedelta(seconds=30),
+        "options": {"expires": 30.0},
+    },
     # Closed events' Redis data, after EVENT_PURGE_AFTER_SECONDS.
     "purge-closed-events": {
         "task": "booking_app.tasks.purge_closed",

@@ -231,6 +231,15 @@ def _export(stack: dict) -> None:
         os.environ["DATABASE_URL"] = stack["database_url"]
     if not os.environ.get("DRAW_SIGNING_KEY"):
         os.environ["DRAW_SIGNING_KEY"] = draw_signing_key()
+    _test_payments()
+
+
+def _test_payments() -> None:
+    """Priced sales on a developer's machine pay through the built-in test provider
+    (no money moves), unless the environment names another."""
+    if "PAYMENTS_PROVIDER" not in os.environ:
+        os.environ["PAYMENTS_PROVIDER"] = "test"
+        os.environ.setdefault("PAYMENTS_ALLOW_TEST", "true")
 
 
 def _stop_stale_redis(data: Path) -> None:
@@ -379,6 +388,7 @@ def execute(cmd: list[str], *, cluster: bool = False) -> int:
     os.environ.pop("STACK_OFFLINE", None)
     if not os.environ.get("DRAW_SIGNING_KEY"):
         os.environ["DRAW_SIGNING_KEY"] = base64.b64encode(os.urandom(32)).decode()
+    _test_payments()
     with _own_postgres():
         if not cluster:
             with _own_redis():

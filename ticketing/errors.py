@@ -126,6 +126,16 @@ CODES: dict[str, Code] = {
     "ALREADY_CANCELLED": Code(
         409, "the reservation was cancelled before", "This reservation was already cancelled."
     ),
+    "NOT_HELD": Code(
+        409,
+        "the reservation is not awaiting payment (status says what it is)",
+        "This booking is not awaiting payment.",
+    ),
+    "HOLD_EXPIRED": Code(
+        409,
+        "the hold ran out before the payment: its seats went back on sale and nothing was charged",
+        "The time to pay ran out; the seats went back on sale and nothing was charged.",
+    ),
     "SEAT_CAP": Code(
         409,
         "this buyer (account or email) would hold more than the event's most seats per buyer "
@@ -136,6 +146,11 @@ CODES: dict[str, Code] = {
         409,
         "the draw happens at the scheduled start; this is published after it",
         "The order is drawn at the scheduled start.",
+    ),
+    "PAYMENT_DECLINED": Code(
+        402,
+        "the payment provider declined the payment; the seats went back on sale",
+        "The payment was declined; nothing was charged and the seats went back on sale.",
     ),
     "PAYLOAD_TOO_LARGE": Code(413, "the body is over 10 KB", "The request body is too large."),
     "UNSUPPORTED_MEDIA_TYPE": Code(
@@ -166,6 +181,11 @@ CODES: dict[str, Code] = {
         503,
         "the database is briefly unavailable; try again",
         "The service is briefly unavailable; try again.",
+    ),
+    "PAYMENT_UNAVAILABLE": Code(
+        503,
+        "the payment provider did not answer; the seats stay held until the hold ends: try again",
+        "The payment could not be completed just now; your seats are still held. Try again.",
     ),
     "BOOKING_NOT_SAVED": Code(503, "nothing was booked; try again", "Nothing was booked; try again."),
     "BOOKING_PENDING": Code(

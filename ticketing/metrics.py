@@ -1,9 +1,9 @@
 """Metrics for Prometheus at /metrics, and the log line of each tick and booking.
 
 Per event: waiting, active, seats left and outbox backlog (gauges); people
-admitted, bookings by outcome, joins refused by reason, reconcile corrections
-(counters). For the whole service: the admission tick's duration and each route's
-request latency (histograms).
+admitted, bookings by outcome, holds by how they ended and the time to pay, joins
+refused by reason, reconcile corrections (counters). For the whole service: the
+admission tick's duration and each route's request latency (histograms).
 
 Where the counts live: in Redis, not in the processes. Ticks run in a Celery
 worker, reconcile in another, bookings in every gunicorn worker of every web node;
@@ -133,8 +133,9 @@ def observe_tick(tick_all: Callable[[], list]) -> Callable[[], list]:
 
 def observe_booking(reserve: Callable[..., T]) -> Callable[..., T]:
     """Wraps booking_reserve (keyword arguments only): what the client was told,
-    counted per event and outcome, and one log line. The outcome is CONFIRMED, the
-    refusal's code, or the exception's class when it was not a refusal."""
+    counted per event and outcome, and one log line. The outcome is CONFIRMED (or
+    HELD, a priced event's), the refusal's code, or the exception's class when it
+    was not a refusal."""
 
     @functools.wraps(reserve)
     def observed(**kwargs: Any) -> T:
@@ -142,7 +143,7 @@ def observe_booking(reserve: Callable[..., T]) -> Callable[..., T]:
         outcome, reservation, redis_failed = "CONFIRMED", None, False
         try:
             booked = reserve(**kwargs)
-            reservation = booked.reservation_id
+            outcome, reservation = booked.status, booked.reservation_id  # CONFIRMED, or HELD
             return booked
         except Exception as exc:
             if isinstance(exc, DomainError):
@@ -180,6 +181,19 @@ def _count_booking(event_id: str, outcome: str) -> None:
         )
     except REDIS_ERRORS as exc:
         log.warning("could not count a booking (%s) for %s: %r", outcome, event_id, exc)
+
+
+def checkout_ended(event_id: str, outcome: str, hold_to_pay: float | None = None) -> None:
+    """A hold that ended (PAID, RELEASED) or a payment given back (REFUNDED); a paid
+    one with the seconds from its hold to its payment."""
+    try:
+        pipe = store.client().pipeline(transaction=False)
+        pipe.hincrby(event_key(event_id), f"checkout|{outcome}", 1)
+        if hold_to_pay is not None:
+            pipe.hincrby(event_key(event_id), "holdpay|ms", round(hold_to_pay * 1000))
+        pipe.execute()
+    except REDIS_ERRORS as exc:
+        log.warning("could not count a checkout (%s) for %s: %r", outcome, event_id, exc)
 
 
 def reconcile_corrected(event_id: str, **kinds: int) -> None:
@@ -315,6 +329,17 @@ class RedisCollector(Collector):
             "Booking requests, by what the client was told.",
             labels=["event", "outcome"],
         )
+        checkouts = CounterMetricFamily(
+            "ticketing_checkouts",
+            "Holds of priced bookings, by how they ended (PAID, RELEASED), and payments REFUNDED.",
+            labels=["event", "outcome"],
+        )
+        hold_to_pay = CounterMetricFamily(
+            "ticketing_hold_to_pay_seconds",
+            "Seconds from a hold to its payment, added up over the paid ones "
+            '(divide by ticketing_checkouts{outcome="PAID"} for the mean).',
+            labels=["event"],
+        )
         corrected = CounterMetricFamily(
             "ticketing_reconcile_mismatches",
             "What reconcile found wrong and corrected, by kind.",
@@ -338,7 +363,22 @@ class RedisCollector(Collector):
                     bookings.add_metric([event_id, name], n)
                 elif kind == "reconcile":
                     corrected.add_metric([event_id, name], n)
-        yield from (waiting, active, seats, refused, backlog, admitted, bookings, corrected)
+                elif kind == "checkout":
+                    checkouts.add_metric([event_id, name], n)
+                elif kind == "holdpay":
+                    hold_to_pay.add_metric([event_id], n / 1000)
+        yield from (
+            waiting,
+            active,
+            seats,
+            refused,
+            backlog,
+            admitted,
+            bookings,
+            checkouts,
+            hold_to_pay,
+            corrected,
+        )
         yield from self._histograms(shared)
 
     def _histograms(self, shared: Mapping[bytes, bytes]) -> Iterable[HistogramMetricFamily]:

@@ -343,6 +343,24 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = "UTC"
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
+# --- Payments (booking_app/payments.py) ---------------------------------------
+# Which provider a priced event's buyers pay through: "test" (the built-in one: Pay
+# and Decline buttons, no money moves), "toss" (Toss Payments), or "" for none
+# (priced events cannot be set up). The dev stack and the tests use "test"; a
+# production server refuses to start with it unless PAYMENTS_ALLOW_TEST says so.
+PAYMENTS_PROVIDER = env.str("PAYMENTS_PROVIDER", default="test" if DEBUG else "")
+PAYMENTS_ALLOW_TEST = _bool("PAYMENTS_ALLOW_TEST", False)
+if PAYMENTS_PROVIDER not in ("", "test", "toss"):
+    raise ImproperlyConfigured(f"PAYMENTS_PROVIDER={PAYMENTS_PROVIDER!r}: expected test, toss or nothing")
+if PAYMENTS_PROVIDER == "test" and not DEBUG and not PAYMENTS_ALLOW_TEST:
+    raise ImproperlyConfigured(
+        "PAYMENTS_PROVIDER=test takes no money: a production server uses a real provider "
+        "(PAYMENTS_PROVIDER=toss), or says PAYMENTS_ALLOW_TEST=true"
+    )
+# The test provider, told to answer late or to fail (for tests of those).
+PAYMENTS_TEST_DELAY_MS = _int("PAYMENTS_TEST_DELAY_MS", 0)
+PAYMENTS_TEST_FAIL = _bool("PAYMENTS_TEST_FAIL", False)
+
 # --- Database ----------------------------------------------------------------
 # PostgreSQL only: the seat ledger (a trigger and a CHECK), the partial unique
 # indexes and the row locks the booking relies on are Postgres features.

@@ -141,7 +141,8 @@ def test_a_refused_bookings_give_back_happens_once_whoever_calls_it(
     token = active_tokens(event, 1)[0]
     k = store.EventKeys(event.event_id)
     b = services.Booking(uuid.uuid4(), event.event_id, token, 3, buyer_name="FAIL")
-    outcome, _, entry_id, window_end = store.run(services.reserve_call(b))
+    reply = store.run(services.reserve_call(b))
+    outcome, entry_id, window_end = reply.outcome, reply.entry, reply.window_end
     assert outcome == b"OK"
     b = dataclasses.replace(b, window_end=int(window_end))
     decision = services.booking_decide(b)

@@ -173,3 +173,32 @@ def test_lint_commands_run_against_named_servers_without_their_keys():
     )
     assert result.returncode == 0, result.stderr
     assert "No changes detected" in result.stdout
+
+
+_PAYMENTS_SHOWN = (
+    "import django; django.setup(); from django.conf import settings as s; print(repr(s.PAYMENTS_PROVIDER))"
+)
+
+
+def _payments(**env: str) -> subprocess.CompletedProcess:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("PAYMENTS_") and k not in env}
+    return subprocess.run(
+        [sys.executable, "-c", _PAYMENTS_SHOWN],
+        cwd=BASE,
+        env={**clean, "DJANGO_SETTINGS_MODULE": "ticketing.settings", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_production_server_takes_the_test_payment_provider_only_when_told_to():
+    refused = _payments(DEBUG="false", PAYMENTS_PROVIDER="test")
+    assert refused.returncode != 0 and "PAYMENTS_PROVIDER=test takes no money" in refused.stderr
+    allowed = _payments(DEBUG="false", PAYMENTS_PROVIDER="test", PAYMENTS_ALLOW_TEST="true")
+    assert allowed.returncode == 0 and allowed.stdout.strip() == "'test'", allowed.stderr
+    # Unset: none in production (free seats only), the test provider under DEBUG.
+    assert _payments(DEBUG="false").stdout.strip() == "''"
+    assert _payments(DEBUG="true").stdout.strip() == "'test'"
+    unknown = _payments(PAYMENTS_PROVIDER="paypal")
+    assert unknown.returncode != 0 and "expected test, toss or nothing" in unknown.stderr

@@ -61,6 +61,10 @@
         document.getElementById("n-" + key).textContent = fmt(n[key]);
       }
       document.getElementById("n-status").textContent = S.statuses[n.status] || n.status || "–";
+      for (const key of ["held", "paid", "refunded"]) {  // a priced event's money, as people read it
+        const cell = document.getElementById("n-" + key);
+        if (cell) cell.textContent = n.revenue[key];
+      }
       const refused = Object.entries(n.joinsRefused).map(
         ([k, v]) => (S.refusals[k] || k.replaceAll("_", " ")) + " " + fmt(v));
       document.getElementById("n-joinsRefused").textContent = refused.join(", ") || "0";

@@ -22,6 +22,7 @@ from ticketing.store.keys import (
     proof_spent_key,
     ratelimit_key,
     ratelimit_keys,
+    test_payment_key,
 )
 from ticketing.store.scripts import (
     Call,
@@ -61,6 +62,7 @@ __all__ = [
     "ratelimit_key",
     "ratelimit_keys",
     "run",
+    "test_payment_key",
     "scan",
     "script",
 ]

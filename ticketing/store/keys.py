@@ -39,6 +39,12 @@ def proof_spent_key(purpose: str, mark: bytes) -> str:
     return f"ticket:proof:{purpose}:{mark.hex()}"
 
 
+def test_payment_key(order_id: str) -> str:
+    """The built-in test payment provider's record of an order's charge
+    (booking_app/payments.py), kept as a provider keeps it: apart from our data."""
+    return f"ticket:payments:test:{order_id}"
+
+
 def key(event_id: str, *parts: str) -> str:
     """`ticket:{<eventId>}:<entity>[:<id>]`, the naming rule of DESIGN.md."""
     return f"ticket:{{{event_id}}}:" + ":".join(parts)

@@ -17,6 +17,7 @@ from django.utils import timezone, translation
 from django.utils.text import capfirst
 from django.utils.translation import gettext
 
+from booking_app import checkout as checkout_services
 from booking_app import mail
 from booking_app import services as booking
 from queue_app import draw, tokens
@@ -189,6 +190,22 @@ def booking_page(v: Visit):
     return v.page.locator("#cancel-form button"), v.tr("Cancel this booking")
 
 
+def checkout(v: Visit):
+    event = v.make_event(name="KTX Chuseok 07:00", price=55_000, hold_seconds=600)
+    _, rid = booked(event)
+    v.page.goto(f"/bookings/{mail.link_token(rid)}/checkout/")
+    assert v.page.locator("#amount").inner_text() == "110,000 KRW"
+    return v.page.locator("h2"), v.tr("Pay for your seats")
+
+
+def released(v: Visit):
+    event = v.make_event(name="KTX Chuseok 07:00", price=55_000, hold_seconds=600)
+    _, rid = booked(event)
+    checkout_services.booking_end(reservation_id=rid)
+    v.page.goto(f"/bookings/{mail.link_token(rid)}/")
+    return v.page.locator("h1"), v.tr("Seats released")
+
+
 def draw_page(v: Visit):
     event, receipt = drawn_start(v, draw_it=True)
     v.page.goto(f"/events/{event.event_id}/draw?receipt={receipt}")
@@ -281,6 +298,8 @@ PAGES = {
     "expired": expired,
     "confirmation": confirmation,
     "booking-page": booking_page,
+    "checkout": checkout,
+    "released": released,
     "draw": draw_page,
     "sign-in": sign_in,
     "sign-up": sign_up,

@@ -152,7 +152,7 @@ def test_every_script_runs_on_each_redis_version(request, make_event, api, serve
         store.client().setbit(k.booked_places, tokens.issued(event.event_id, token), 0)
         b = booking.Booking(uuid.uuid4(), event.event_id, c, 1)
         reply = store.run(booking.reserve_call(b))
-        assert booking.release(k, reply[2], b, booking.Decision(booking.NOT_SAVED))  # release
+        assert booking.release(k, reply.entry, b, booking.Decision(booking.NOT_SAVED))  # release
         lost = booking.Booking(uuid.uuid4(), event.event_id, c, 1)  # a pending booking Redis lost
         assert booking.settle_unheard(lost) == booking.NOT_SAVED  # note_not_saved
         assert api.poll(c, event.event_id)[1]["data"]["status"] == "NOT_SAVED"

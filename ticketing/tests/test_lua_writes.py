@@ -319,7 +319,7 @@ def _strand(world: World, token: Token) -> None:
     b = booking.Booking(uuid.uuid4(), world.event.event_id, token.text, 2)
     reply = store.run(booking.reserve_call(b))
     assert reply[0] == b"OK", reply
-    world.extra.update(booking=dataclasses.replace(b, window_end=int(reply[3])), entry=reply[2])
+    world.extra.update(booking=dataclasses.replace(b, window_end=int(reply.window_end)), entry=reply.entry)
 
 
 def booking_recounting(make_event: Callable[..., Event]) -> World:

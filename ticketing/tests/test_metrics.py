@@ -14,41 +14,20 @@ import time
 
 import pytest
 import requests
-from prometheus_client.parser import text_string_to_metric_families
 
 import ticketing.asgi  # noqa: F401 (its django.setup() reconfigures logging: at import, not in a test)
 from booking_app.reconcile import booking_reconcile
 from queue_app import admission, events
 from testsupport.clients import LaneClient
 from testsupport.line import next_redis_second
+from testsupport.metrics import Samples, parse, scrape, value
 from testsupport.servers import database_url_of_tests
 from ticketing import ratelimit, store
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 @pytest.fixture
 def postgres(db) -> None:
     """The test database (PostgreSQL, as everywhere)."""
-
-
-def parse(text: str) -> Samples:
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def scrape(client, **extra) -> Samples:
-    resp = client.get("/metrics", **extra)
-    assert resp.status_code == 200, resp.content
-    assert resp["Content-Type"].startswith("text/plain")
-    return parse(resp.content.decode())
-
-
-def value(samples: Samples, name: str, **labels: str) -> float | None:
-    return samples.get((name, tuple(sorted(labels.items()))))
 
 
 def tick(event_id: str) -> None:

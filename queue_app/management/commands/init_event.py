@@ -12,6 +12,7 @@ from django.utils.dateparse import parse_datetime
 
 from queue_app import events
 from queue_app.models import Event
+from ticketing import money
 
 
 def _start(value: str) -> datetime.datetime | str:
@@ -56,6 +57,13 @@ class Command(BaseCommand):
             "--max-seats-per-buyer", type=int, help="seats per buyer across bookings, by email (0 = no cap)"
         )
         parser.add_argument(
+            "--price", type=int, help="per seat, in the currency's minor unit (KRW has none); 0 = free"
+        )
+        parser.add_argument("--currency", help="ISO 4217 code of the price (KRW by default)")
+        parser.add_argument(
+            "--hold", type=int, help="seconds a priced booking's seats are held while paid for"
+        )
+        parser.add_argument(
             "--hot-sale",
             action="store_true",
             help="proof of work, a cap per address and per buyer, where not given (docs/fairness.md)",
@@ -86,6 +94,7 @@ class Command(BaseCommand):
             "proof_of_work",
             "max_places_per_address",
             "max_seats_per_buyer",
+            "price",
         ):
             if opts[name] is not None and opts[name] < (1 if name in ("ttl", "max_per_booking") else 0):
                 raise CommandError(f"--{name.replace('_', '-')} must not be {opts[name]}.")
@@ -109,6 +118,9 @@ class Command(BaseCommand):
             ("require_account", "require_account"),
             ("max_places_per_address", "max_places_per_address"),
             ("max_seats_per_buyer", "max_seats_per_buyer"),
+            ("price", "price"),
+            ("currency", "currency"),
+            ("hold", "hold_seconds"),
         ):
             if opts[opt] is not None:
                 setattr(event, field, opts[opt])
@@ -140,8 +152,13 @@ class Command(BaseCommand):
         self.stdout.write(
             f"{verb} event {event_id}: {event.total_seats} seats ({left} left), "
             f"{event.admit_per_second}/s, window {event.active_window_seconds}s, "
-            f"max active {event.max_active_users or 'no cap'}, status {event.status}; "
-            f"protections: {', '.join(event.protections()) or 'none'}"
+            f"max active {event.max_active_users or 'no cap'}, status {event.status}"
+            + (
+                f", {money.shown(event.price, event.currency)} a seat, held {event.hold_seconds}s"
+                if event.price
+                else ""
+            )
+            + f"; protections: {', '.join(event.protections()) or 'none'}"
             + (
                 f"; opens at {event.opens_at.isoformat()}, commitment {event.draw.commitment}."
                 if event.opens_at

@@ -1,0 +1,87 @@
+"""Checkout in Chromium against the production server: a priced event's booking
+form, the checkout page with its countdown, Pay and Decline, and the booking's page
+after each, on a desktop in English and a phone in Korean. A console error or an
+uncaught exception fails the test (ticketing/tests/browser.py)."""
+
+import re
+
+import pytest
+
+from booking_app.models import Reservation
+from testsupport.booking import seats_left
+from testsupport.line import admit_all
+from ticketing.tests.browser import opened, shot
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+TEXT = {
+    "en": {
+        "hold": "Hold seats and pay",
+        "price": "55,000 KRW a seat",
+        "held_for": "Your seats are held for:",
+        "pay": "Pay",
+        "decline": "Decline",
+        "confirmed": "Reservation confirmed",
+        "released": "Seats released",
+        "total": "110,000 KRW",
+    },
+    "ko": {
+        "hold": "좌석 선점 후 결제",
+        "price": "좌석당 55,000 KRW",
+        "held_for": "좌석 선점 남은 시간:",
+        "pay": "결제하기",
+        "decline": "거절",
+        "confirmed": "예매가 완료되었습니다",
+        "released": "좌석 선점 해제됨",
+        "total": "110,000 KRW",
+    },
+}
+
+
+@pytest.fixture(params=[("en", 1280, 800), ("ko", 390, 844)], ids=["desktop-en", "phone-ko"])
+def view(request, browser, production_server, console, make_event):
+    lang, width, height = request.param
+    with opened(browser, console, production_server, lang, (width, height)) as page:
+        yield page, TEXT[lang], lang
+
+
+def _to_checkout(page, text: dict, event) -> None:
+    page.goto(f"/events/{event.event_id}/")
+    page.locator("#position").wait_for()
+    admit_all(event.event_id)
+    page.wait_for_url(re.compile(r"/book/$"))
+    assert text["price"] in page.locator("#price").inner_text()
+    page.select_option("#id_seat_count", "2")
+    page.fill("#id_buyer_name", "Kim Minji")
+    page.fill("#id_buyer_email", "minji@example.com")
+    page.get_by_role("button", name=text["hold"]).click()
+    page.wait_for_url(re.compile(r"/checkout/$"))
+    assert text["held_for"] in page.locator(".countdown").inner_text()
+    assert re.fullmatch(r"\d+:\d\d", page.locator("#countdown").inner_text())
+    assert page.locator("#amount").inner_text() == text["total"]
+
+
+def test_paying_on_the_checkout_page_confirms_the_booking(view, make_event):
+    page, text, lang = view
+    event = make_event(total_seats=10, price=55_000, currency="KRW", hold_seconds=600)
+    _to_checkout(page, text, event)
+    assert seats_left(event.event_id) == 8
+    shot(page, f"checkout-{lang}")
+    page.get_by_role("button", name=text["pay"], exact=True).click()
+    page.get_by_role("heading", name=text["confirmed"]).wait_for()
+    assert text["total"] in page.locator("#amount").inner_text()
+    shot(page, f"checkout-paid-{lang}")
+    row = Reservation.objects.get(event=event)
+    assert row.status == "CONFIRMED" and row.payment_id
+
+
+def test_declining_on_the_checkout_page_releases_the_seats(view, make_event):
+    page, text, lang = view
+    event = make_event(total_seats=10, price=55_000, currency="KRW", hold_seconds=600)
+    _to_checkout(page, text, event)
+    page.get_by_role("button", name=text["decline"]).click()
+    page.get_by_role("heading", name=text["released"]).wait_for()
+    assert page.locator("#released").is_visible()
+    shot(page, f"checkout-released-{lang}")
+    assert Reservation.objects.get(event=event).status == "RELEASED"
+    assert seats_left(event.event_id) == 10
