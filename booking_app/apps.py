@@ -8,4 +8,4 @@ class BookingAppConfig(AppConfig):
 
     def ready(self) -> None:
         # As queue_app's: the modules that call Lua scripts check their calls on import.
-        from booking_app import reconcile, services  # noqa: F401
+        from booking_app import checkout, reconcile, services  # noqa: F401

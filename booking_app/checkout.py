@@ -20,12 +20,13 @@ import logging
 import uuid
 
 from django.db import transaction
+from django.db.models import Sum
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from booking_app import payments, publish, services
 from booking_app.models import Reservation
-from ticketing import metrics
+from ticketing import metrics, store
 from ticketing.errors import DomainError
 
 log = logging.getLogger(__name__)
@@ -167,6 +168,18 @@ def holds_expire() -> int:
                 continue
         ended += hold_release(row, "expired")
     return ended
+
+
+_HELD_NOTE = store.Caller("held_note", passes="held")
+
+
+def holds_note() -> None:
+    """Tell each event's polls how many of its seats are held by buyers paying now
+    (seats that may come back): Postgres' count, written every second by the
+    sweep, so it is never more than a second or so behind and never drifts."""
+    held = dict(Reservation.objects.filter(status=HELD).values_list("event_id").annotate(n=Sum("seat_count")))
+    for event_id in sorted(e.decode() for e in store.client().smembers(store.EVENTS_KEY)):
+        store.run(_HELD_NOTE.call(store.EventKeys(event_id), held=held.get(event_id, 0)))
 
 
 def refunds_retry() -> int:

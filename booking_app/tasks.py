@@ -28,8 +28,11 @@ def reconcile_all() -> dict[str, bool]:
 
 @shared_task(ignore_result=True)
 def holds_expire() -> int:
-    """Holds whose time ran out, released (or, paid in time, confirmed): checkout.py."""
-    return checkout.holds_expire()
+    """Holds whose time ran out, released (or, paid in time, confirmed), then the
+    seats still held noted for the polls: checkout.py."""
+    ended = checkout.holds_expire()
+    checkout.holds_note()
+    return ended
 
 
 @shared_task(ignore_result=True)

@@ -8,7 +8,7 @@
 -- except those already admitted (the first `popped` places) and those who left
 -- (bits of `left`). See lua/lib/line.lua.
 --
--- KEY meta        HASH    status, gen, admitRate, opensAt, draw, drawSize
+-- KEY meta        HASH    status, gen, admitRate, opensAt, draw, drawSize, held
 -- KEY seq         STRING  last arrival number issued
 -- KEY popped      STRING  places already taken off the head of the line
 -- KEY left        STRING  bitmap of the places whose person left
@@ -40,10 +40,11 @@
 -- REPLY opens_at  the scheduled start (ms) or false
 -- REPLY prequeue  1 when the token's number is of the pre-queue
 -- REPLY position  its drawn position once drawn, else 0
+-- REPLY held      seats held by buyers paying now (lua/held_note.lua), which may come back
 -- Writes nothing, and like the scripts that write, validates what it reads: a key of
 -- the wrong type or a counter that is not a number fails the script.
 -- needs: line
-local fields = redis.call('HMGET', meta, 'status', 'admitRate', 'opensAt', 'draw', 'drawSize', 'gen')
+local fields = redis.call('HMGET', meta, 'status', 'admitRate', 'opensAt', 'draw', 'drawSize', 'gen', 'held')
 local status = fields[1]
 if not status then return {'EVENT_NOT_FOUND'} end
 
@@ -56,7 +57,8 @@ local prequeue = (draw == 'PENDING' or draw == 'DONE') and (not size or n <= siz
 local position = 0
 if draw == 'DONE' and prequeue == 1 then position = drawn_place(drawpos, n) end
 local function answer(state, detail)
-  return {state, waiting, seats_left, status, detail or false, fields[2] or '0', fields[3] or false, prequeue, position}
+  return {state, waiting, seats_left, status, detail or false, fields[2] or '0', fields[3] or false, prequeue,
+    position, tonumber(fields[7] or 0) or 0}
 end
 
 local mark = redis.call('GET', booked)

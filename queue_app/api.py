@@ -192,6 +192,10 @@ class PositionOutput(serializers.Serializer):
     ahead = serializers.IntegerField(allow_null=True)
     behind = serializers.IntegerField(allow_null=True)
     remainingSeats = serializers.IntegerField(source="remaining_seats")  # noqa: N815
+    seatsOnHold = serializers.IntegerField(  # noqa: N815
+        source="seats_on_hold",
+        help_text="seats held by buyers paying now (a priced event's): they come back to the line if unpaid",
+    )
     nextPollMs = serializers.IntegerField(  # noqa: N815
         source="next_poll_ms", help_text="wait this long before the next poll; 0: nothing left to wait for"
     )

@@ -51,6 +51,7 @@ class PollReply(NamedTuple):
     opens_at: Any = None  # the scheduled start (ms), or None
     prequeue: int = 0  # 1 for a number of the pre-queue
     position: int = 0  # its drawn position, once drawn
+    held: int = 0  # seats held by buyers paying now
 
 
 class LineState(NamedTuple):
@@ -69,6 +70,7 @@ class LineState(NamedTuple):
     seats: bytes = b"0"
     chunk: bytes = b""
     length: int = 0
+    held: bytes = b"0"
 
 
 @receiver(setting_changed)
@@ -109,6 +111,7 @@ class Line:
     popped: int = 0
     holes: int = 0
     seats: int = 0
+    held: int = 0  # seats held by buyers paying now
     read_at: float = float("-inf")  # time.monotonic() of the last refresh
     log_read: int = 0  # bytes of the leavers' log applied
     bits: bytearray = field(default_factory=bytearray)  # places that left
@@ -153,7 +156,7 @@ class Line:
         self.opens_at = int(reply.opens_at) if reply.opens_at else None
         self.draw_size = int(reply.draw_size) if reply.draw_size else None
         self.seq, self.popped = int(reply.seq), int(reply.popped)
-        self.holes, self.seats = int(reply.holes), int(reply.seats)
+        self.holes, self.seats, self.held = int(reply.holes), int(reply.seats), int(reply.held)
         usable = len(chunk) - len(chunk) % 5
         for at in range(0, usable, 5):
             self._left(int.from_bytes(chunk[at : at + 5], "big"))
@@ -260,6 +263,7 @@ class Line:
             opens_at=self.opens_at,
             prequeue=prequeue,
             position=position,
+            held=self.held,
         )
 
 

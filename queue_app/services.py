@@ -313,6 +313,7 @@ class Position:
     ahead: int | None
     behind: int | None
     remaining_seats: int
+    seats_on_hold: int  # held by buyers paying now: they may come back
     next_poll_ms: int
     active_expires_at: int | None  # ms, while ACTIVE (or NOT_SAVED in a window still on)
     reservation_id: str | None  # once BOOKED; NOT_SAVED: the booking that was not
@@ -360,7 +361,7 @@ def _position(event_id: str, token: Token, reply: line.PollReply) -> Position:
     state = _word(reply.state)
     if state == "EVENT_NOT_FOUND":
         raise DomainError("EVENT_NOT_FOUND")
-    _, waiting, seats, event_status, detail, rate, opens_at, prequeue, position = reply
+    _, waiting, seats, event_status, detail, rate, opens_at, prequeue, position, held = reply
     rank = detail if state == "WAITING" else None
     rate = float(rate)
     opens_at = int(opens_at) if opens_at else None
@@ -372,6 +373,7 @@ def _position(event_id: str, token: Token, reply: line.PollReply) -> Position:
         ahead=rank - 1 if rank is not None else None,
         behind=waiting - rank if rank is not None else None,
         remaining_seats=max(seats, 0),  # a recount may go below 0 until releases land
+        seats_on_hold=held,
         next_poll_ms=cadence.next_poll_ms(state, rank, until_start),
         active_expires_at=_window_end(state, detail),
         reservation_id=detail.decode().split(":")[0] if state in ("BOOKED", "NOT_SAVED") else None,

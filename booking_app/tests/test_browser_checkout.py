@@ -7,8 +7,9 @@ import re
 
 import pytest
 
+from booking_app import checkout
 from booking_app.models import Reservation
-from testsupport.booking import seats_left
+from testsupport.booking import book, seats_left
 from testsupport.line import admit_all
 from ticketing.tests.browser import opened, shot
 
@@ -85,3 +86,30 @@ def test_declining_on_the_checkout_page_releases_the_seats(view, make_event):
     shot(page, f"checkout-released-{lang}")
     assert Reservation.objects.get(event=event).status == "RELEASED"
     assert seats_left(event.event_id) == 10
+
+
+NO_SEAT_FREE = {"en": "No seat free right now", "ko": "지금은 빈 좌석이 없습니다"}
+ON_HOLD = {
+    "en": "2 seats are being paid for and may come back: stay on this page.",
+    "ko": "2석이 결제 진행 중이라 다시 나올 수 있습니다. 이 화면에 머물러 주세요.",
+}
+
+
+def test_seats_held_by_a_payer_are_said_to_come_back_and_do(view, make_event, api):
+    """All seats held by someone paying: the next person, admitted, is told the
+    seats may come back and stays; released, they go on to book them."""
+    page, text, lang = view
+    event = make_event(total_seats=2, price=55_000, currency="KRW", hold_seconds=600, admit_per_second=1)
+    payer = api.token(event.event_id)
+    admit_all(event.event_id)
+    status, body = book(api, payer, event.event_id, 2)
+    assert status == 200 and body["data"]["status"] == "HELD", body
+    checkout.holds_note()  # as the beat's sweep does every second
+    page.goto(f"/events/{event.event_id}/")
+    page.locator("#on-hold").wait_for()
+    assert page.locator("#on-hold").inner_text() == ON_HOLD[lang]
+    assert page.locator("#soldout-heading").inner_text() == NO_SEAT_FREE[lang]
+    shot(page, f"on-hold-{lang}")
+    checkout.booking_end(reservation_id=body["data"]["reservationId"])  # the payer gives up
+    admit_all(event.event_id)
+    page.wait_for_url(re.compile(r"/book/$"))

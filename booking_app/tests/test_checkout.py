@@ -490,3 +490,27 @@ def test_a_hold_is_published_as_a_booking_only_once_paid(api, priced, active_tok
     hold(api, event, held)
     pay(checkout_path(hold(api, event, released)), "decline")
     assert publish.publish_pending() == 0  # neither is a booking anyone completed
+
+
+def test_polls_say_how_many_seats_are_held_and_may_come_back(lanes_api, api, priced, active_tokens):
+    event = priced(total_seats=2, admit_per_second=1)
+    [buyer] = active_tokens(event, 1)
+    waiting = api.token(event.event_id)
+    data = hold(api, event, buyer)
+    checkout.holds_note()
+    answer = lanes_api.poll(waiting, event.event_id)[1]["data"]
+    assert (answer["remainingSeats"], answer["seatsOnHold"], answer["soldOut"]) == (0, 2, True)
+    assert lanes_api.poll(buyer, event.event_id)[1]["data"]["status"] == "BOOKED"
+    pay(checkout_path(data), "decline")
+    checkout.holds_note()
+    answer = lanes_api.poll(waiting, event.event_id)[1]["data"]
+    assert (answer["remainingSeats"], answer["seatsOnHold"], answer["soldOut"]) == (2, 0, False)
+
+
+def test_a_purged_event_gets_no_note_written_back(make_event):
+    from queue_app import events
+
+    event = make_event()
+    events.event_wipe(event.event_id)
+    checkout.holds_note()
+    assert not store.client().exists(store.EventKeys(event.event_id).meta)

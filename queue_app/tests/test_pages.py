@@ -166,6 +166,9 @@ def _change_event(operator, event, **changes):
         "proof_of_work",
         "max_places_per_address",
         "max_seats_per_buyer",
+        "price",
+        "currency",
+        "hold_seconds",
     )
     data = {f: getattr(event, f) for f in fields} | changes
     if not data.pop("require_account", event.require_account):

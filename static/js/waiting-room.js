@@ -31,6 +31,16 @@
     room.dataset.state = state;
   }
 
+  // No seat free: sold out, unless some are held by buyers paying now, which may
+  // come back (the page keeps asking, and says so).
+  function soldOut(data) {
+    const held = data.seatsOnHold || 0;
+    $("on-hold").hidden = held <= 0;
+    $("soldout-heading").textContent = held > 0 ? S.noSeatFree : S.soldOut;
+    $("on-hold").textContent = held > 0 ? fmt(S.onHold, { n: num(held) }) : "";
+    show("soldout");
+  }
+
   function csrf() {
     const m = document.cookie.match(/(?:^|; )csrftoken=([^;]*)/);
     return m ? decodeURIComponent(m[1]) : "";
@@ -354,7 +364,7 @@
       drawLink(data.receipt);
     }
     $("paused").hidden = data.eventStatus !== "PAUSED";
-    if (data.soldOut) { show("soldout"); return; }
+    if (data.soldOut) { soldOut(data); return; }
     show("waiting");
     $("position").textContent = fmt(S.position, { rank: num(data.rank) });
     $("ahead").textContent = num(data.ahead);
@@ -384,7 +394,7 @@
   // and watched until it closes or seats come back.
   function ended(data) {
     if (!data.soldOut) { show("expired"); return; }
-    show("soldout");
+    soldOut(data);
     later(data.nextPollMs || 5000);
   }
 
@@ -461,7 +471,7 @@
       case "ACTIVE":
         // Admitted to a sale sold out meanwhile: the booking page has nothing to
         // sell, so stay here and keep asking (a cancellation brings seats back).
-        if (data.soldOut) { show("soldout"); return later(data.nextPollMs || 2000); }
+        if (data.soldOut) { soldOut(data); return later(data.nextPollMs || 2000); }
         show("active");
         window.location.assign(cfg.bookUrl);
         return;

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.test import override_settings
 from django.utils import timezone
 
-from booking_app import reconcile
+from booking_app import checkout, reconcile
 from booking_app import services as booking
 from queue_app import admission, draw, events, tokens
 from queue_app.models import Event
@@ -91,6 +91,7 @@ def redis62(tmp_path_factory):
 
 # Each script, exercised by the scenario below; a new script must join it.
 SCENARIO_SCRIPTS = {
+    "held_note",
     "join",
     "poll",
     "leave",
@@ -147,6 +148,8 @@ def test_every_script_runs_on_each_redis_version(request, make_event, api, serve
         rid = body["data"]["reservationId"]
         booking.booking_cancel(reservation_id=uuid.UUID(rid))  # cancel
         assert api.poll(c, event.event_id)[1]["data"]["remainingSeats"] == 10
+        checkout.holds_note()  # held_note
+        assert api.poll(c, event.event_id)[1]["data"]["seatsOnHold"] == 0
         # A second booking, refused by Postgres and released (the token already booked):
         k = store.EventKeys(event.event_id)
         store.client().setbit(k.booked_places, tokens.issued(event.event_id, token), 0)
