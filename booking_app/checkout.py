@@ -170,6 +170,30 @@ def holds_expire() -> int:
     return ended
 
 
+def payment_notified(payment_key: str) -> str:
+    """A provider's notification that a payment changed (Toss Payments'
+    PAYMENT_STATUS_CHANGED): the payment is read back from the provider, and a
+    taken one settles its booking as the payment's own request would have (a
+    confirm whose answer was lost is confirmed sooner than the sweep would). Safe
+    to repeat and in any order: each step is a compare-and-set. What was done."""
+    provider = _provider()
+    if not hasattr(provider, "payment"):
+        return "IGNORED"
+    try:
+        charge = provider.payment(payment_key)
+    except payments.Unavailable as exc:
+        raise DomainError("PAYMENT_UNAVAILABLE") from exc
+    if charge is None:
+        return "NOT_TAKEN"
+    row = Reservation.objects.filter(reservation_id=charge.order_id).exclude(status="VOID").first()
+    if row is None:
+        log.error("payment %s names order %s, which is no booking", payment_key, charge.order_id)
+        return "UNKNOWN_ORDER"
+    if row.status == HELD or (row.status in (RELEASED, CANCELLED) and row.payment_id in (None, payment_key)):
+        return settle_charge(row, charge).status
+    return row.status
+
+
 _HELD_NOTE = store.Caller("held_note", passes="held")
 
 

@@ -26,6 +26,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Protocol
 
+import requests
 from django.conf import settings
 
 from ticketing import store
@@ -108,6 +109,91 @@ class TestProvider:
         )
 
 
+class TossProvider:
+    """Toss Payments (docs.tosspayments.com, API v1), what Korean buyers pay with.
+
+    The checkout page's payment widget authorises the payment and sends the buyer
+    back with `paymentKey`, `orderId` and `amount`; nothing is taken until this
+    server confirms it (POST /v1/payments/confirm). So the money is taken only
+    while checkout still holds the seats, and an authorisation never confirmed
+    lapses at Toss by itself. Every call is authenticated with the secret key
+    (HTTP Basic, the key as user name); confirm and cancel carry an
+    Idempotency-Key, so that a call repeated after a lost answer acts once."""
+
+    name = "toss"
+    # A payment in these states took money (in full, or partly given back since).
+    TAKEN = ("DONE", "PARTIAL_CANCELED", "CANCELED")
+
+    def _call(self, method: str, path: str, body: dict | None = None, *, once: str = "") -> dict | None:
+        """The answer's JSON; None for 404 (no such payment); `Declined` for a
+        refusal Toss answered; `Unavailable` when it did not answer, or failed."""
+        headers = {"Idempotency-Key": once} if once else {}
+        try:
+            answer = requests.request(
+                method,
+                settings.TOSS_API_URL + path,
+                json=body,
+                auth=(settings.TOSS_SECRET_KEY, ""),
+                headers=headers,
+                timeout=settings.PAYMENTS_TIMEOUT_SEC,
+            )
+        except requests.RequestException as exc:
+            raise Unavailable(f"Toss did not answer: {exc}") from None
+        if answer.status_code == 404:
+            return None
+        if answer.status_code >= 500 or answer.status_code in (401, 429):  # ours, or its: not the buyer's
+            raise Unavailable(f"Toss answered {answer.status_code}: {answer.text[:200]}")
+        found = answer.json()
+        if answer.status_code >= 400:
+            raise Declined(f"{found.get('code')}: {found.get('message')}")
+        return found
+
+    def charge(self, order_id: str, amount: int, currency: str, *, reply: dict[str, str]) -> Charge:
+        # The widget's redirect is the buyer's to edit: the order and amount confirmed
+        # are the booking's, whatever it says.
+        if reply.get("orderId") != order_id or str(reply.get("amount")) != str(amount):
+            raise Declined("the checkout's order or amount is not the booking's")
+        body = {"paymentKey": reply.get("paymentKey", ""), "orderId": order_id, "amount": amount}
+        found = self._call("POST", "/v1/payments/confirm", body, once=f"confirm-{order_id}")
+        if found is None or found.get("status") not in self.TAKEN:
+            raise Declined(f"Toss did not take the payment ({(found or {}).get('status')})")
+        return self._charge(found)
+
+    def payment(self, payment_key: str) -> Charge | None:
+        """A payment by its key, as Toss has it now (a notification's word is not
+        taken for it: notifications are not signed, may repeat and may come out of
+        order)."""
+        found = self._call("GET", f"/v1/payments/{payment_key}")
+        if found is None or found.get("status") not in self.TAKEN:
+            return None
+        return self._charge(found)
+
+    def lookup(self, order_id: str) -> Charge | None:
+        found = self._call("GET", f"/v1/payments/orders/{order_id}")
+        if found is None or found.get("status") not in self.TAKEN:
+            return None  # never confirmed: nothing was taken, the authorisation lapses
+        return self._charge(found)
+
+    def refund(self, charge: Charge, amount: int, reason: str) -> None:
+        self._call(
+            "POST",
+            f"/v1/payments/{charge.payment_id}/cancel",
+            {"cancelReason": reason, "cancelAmount": amount},
+            once=f"refund-{charge.payment_id}-{charge.refunded + amount}",
+        )
+
+    @staticmethod
+    def _charge(found: dict) -> Charge:
+        return Charge(
+            found["orderId"],
+            found["paymentKey"],
+            found["totalAmount"],
+            found.get("currency", "KRW"),
+            datetime.datetime.fromisoformat(found["approvedAt"]),
+            found["totalAmount"] - found.get("balanceAmount", found["totalAmount"]),
+        )
+
+
 def provider() -> Provider | None:
     """The provider of the settings (PAYMENTS_PROVIDER), or None when there is none."""
-    return {"test": TestProvider}.get(settings.PAYMENTS_PROVIDER, lambda: None)()
+    return {"test": TestProvider, "toss": TossProvider}.get(settings.PAYMENTS_PROVIDER, lambda: None)()

@@ -1,14 +1,17 @@
 """The booking page (for a token in its active window), the checkout of a priced
 event's hold, and each booking's own page."""
 
+import json
 import time
 import uuid
 
 from django import forms
-from django.http import Http404, HttpRequest, HttpResponse
+from django.conf import settings
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
+from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
 from booking_app import checkout, mail, services, tasks
@@ -157,8 +160,24 @@ def _booking(request: HttpRequest, reservation: Reservation, **context) -> HttpR
     return render(request, "booking_app/confirmation.html", context)
 
 
+def _provider_reply(request: HttpRequest) -> dict[str, str] | None:
+    """What the buyer's payment step sent back, for the provider to act on: the test
+    provider's form (POST, outcome pay or decline), or Toss Payments' widget, which
+    comes back to this page with paymentKey, orderId and amount. None when the page
+    is only shown; {} for a reply that is not one."""
+    if request.method == "POST":
+        outcome = request.POST.get("outcome")
+        return {"outcome": outcome} if outcome in ("pay", "decline") else {}
+    if "paymentKey" in request.GET:
+        return {k: request.GET.get(k, "") for k in ("paymentKey", "orderId", "amount")}
+    return None
+
+
 # What the checkout page says when a payment did not go through.
 PAYMENT_MESSAGES = {
+    "PAYMENT_NOT_MADE": _(
+        "The payment was not completed and nothing was charged; your seats are still held."
+    ),
     "PAYMENT_UNAVAILABLE": _(
         "The payment could not be completed just now; your seats are still held. Try again."
     ),
@@ -176,12 +195,12 @@ def checkout_page(request: HttpRequest, signed: str) -> HttpResponse:
     if rid is None or row is None or row.status == Reservation.Status.VOID:
         raise Http404
     error = None
-    if request.method == "POST" and row.status == Reservation.Status.HELD:
-        outcome = request.POST.get("outcome")
-        if outcome not in ("pay", "decline"):
+    reply = _provider_reply(request)
+    if reply is not None and row.status == Reservation.Status.HELD:
+        if not reply:
             return HttpResponse(status=400)
         try:
-            row = checkout.hold_pay(reservation_id=rid, reply={"outcome": outcome})
+            row = checkout.hold_pay(reservation_id=rid, reply=reply)
         except DomainError as exc:
             if exc.code not in PAYMENT_MESSAGES:
                 return redirect("booking-page", signed)  # declined, run out: its page says so
@@ -192,8 +211,21 @@ def checkout_page(request: HttpRequest, signed: str) -> HttpResponse:
             return redirect("booking-page", signed)
     if row.status != Reservation.Status.HELD:
         return redirect("booking-page", signed)
+    if request.GET.get("code"):  # the widget's fail URL: nothing was taken, the hold stays
+        error = "PAYMENT_NOT_MADE"
     context = {
         "reservation": row,
+        "provider": settings.PAYMENTS_PROVIDER,
+        "widget": {
+            "clientKey": settings.TOSS_CLIENT_KEY,
+            "orderId": str(row.reservation_id),
+            "orderName": f"{row.event} x {row.seat_count}"[:100],
+            "amount": row.amount,
+            "customerEmail": row.buyer_email,
+            "customerName": row.buyer_name,
+            "successUrl": request.build_absolute_uri(request.path),
+            "failUrl": request.build_absolute_uri(request.path),
+        },
         "amount": money.shown(row.amount, row.currency),
         "expires_ms": int(row.hold_expires_at.timestamp() * 1000),
         "now_ms": int(time.time() * 1000),
@@ -201,7 +233,9 @@ def checkout_page(request: HttpRequest, signed: str) -> HttpResponse:
         "error": error,
         "error_message": PAYMENT_MESSAGES.get(error, ""),
     }
-    return render(request, "booking_app/checkout.html", context, status=503 if error else 200)
+    return render(
+        request, "booking_app/checkout.html", context, status=503 if error == "PAYMENT_UNAVAILABLE" else 200
+    )
 
 
 @require_http_methods(["GET", "POST"])
@@ -220,3 +254,24 @@ def booking_page(request: HttpRequest, signed: str) -> HttpResponse:
             return _booking(request, reservation)
         return _booking(request, reservation, just_cancelled=True)
     return _booking(request, reservation)
+
+
+@csrf_exempt
+@require_http_methods(["POST"])
+def toss_webhook(request: HttpRequest) -> HttpResponse:
+    """Toss Payments' notifications (PAYMENT_STATUS_CHANGED). Nothing in the body is
+    believed but the payment's key: checkout reads the payment back from Toss. Any
+    other notification, or a body that is not one, is acknowledged and ignored, so
+    that Toss does not send it again and again."""
+    try:
+        sent = json.loads(request.body)
+        key = sent["data"]["paymentKey"] if sent.get("eventType") == "PAYMENT_STATUS_CHANGED" else None
+    except (ValueError, KeyError, TypeError, AttributeError):
+        key = None
+    if not isinstance(key, str) or not key or settings.PAYMENTS_PROVIDER != "toss":
+        return JsonResponse({"success": True, "data": {"done": "IGNORED"}})
+    try:
+        done = checkout.payment_notified(key)
+    except DomainError as exc:  # Toss could not be asked: a 503, so that it sends it again later
+        return JsonResponse(exc.body(), status=exc.status)
+    return JsonResponse({"success": True, "data": {"done": done}})

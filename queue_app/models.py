@@ -188,6 +188,8 @@ class Event(models.Model):
         if self.price and not settings.PAYMENTS_PROVIDER:
             said = _("No payment provider is set up (PAYMENTS_PROVIDER): this server sells free seats only.")
             raise ValidationError({"price": said})
+        if self.price and settings.PAYMENTS_PROVIDER == "toss" and self.currency != "KRW":
+            raise ValidationError({"currency": _("Toss Payments takes payments in KRW.")})
         if self.opens_at == stored:
             return
         now = timezone.now()

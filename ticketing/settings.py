@@ -357,6 +357,17 @@ if PAYMENTS_PROVIDER == "test" and not DEBUG and not PAYMENTS_ALLOW_TEST:
         "PAYMENTS_PROVIDER=test takes no money: a production server uses a real provider "
         "(PAYMENTS_PROVIDER=toss), or says PAYMENTS_ALLOW_TEST=true"
     )
+# Toss Payments (PAYMENTS_PROVIDER=toss): the secret key the server confirms, looks
+# up and refunds with, the client key of the checkout page's payment widget, and
+# where its API answers (a test's stand-in points it elsewhere).
+TOSS_SECRET_KEY = env.str("TOSS_SECRET_KEY", default="")
+TOSS_CLIENT_KEY = env.str("TOSS_CLIENT_KEY", default="")
+TOSS_API_URL = env.str("TOSS_API_URL", default="https://api.tosspayments.com").rstrip("/")
+if PAYMENTS_PROVIDER == "toss" and not (TOSS_SECRET_KEY and TOSS_CLIENT_KEY):
+    raise ImproperlyConfigured("PAYMENTS_PROVIDER=toss needs TOSS_SECRET_KEY and TOSS_CLIENT_KEY")
+# How long a provider's answer is waited for; past it, the outcome is unknown and
+# the hold's sweep looks the order up.
+PAYMENTS_TIMEOUT_SEC = _int("PAYMENTS_TIMEOUT_SEC", 10, minimum=1)
 # The test provider, told to answer late or to fail (for tests of those).
 PAYMENTS_TEST_DELAY_MS = _int("PAYMENTS_TEST_DELAY_MS", 0)
 PAYMENTS_TEST_FAIL = _bool("PAYMENTS_TEST_FAIL", False)

@@ -181,7 +181,7 @@ _PAYMENTS_SHOWN = (
 
 
 def _payments(**env: str) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("PAYMENTS_") and k not in env}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("PAYMENTS_", "TOSS_")) and k not in env}
     return subprocess.run(
         [sys.executable, "-c", _PAYMENTS_SHOWN],
         cwd=BASE,
@@ -202,3 +202,10 @@ def test_a_production_server_takes_the_test_payment_provider_only_when_told_to()
     assert _payments(DEBUG="true").stdout.strip() == "'test'"
     unknown = _payments(PAYMENTS_PROVIDER="paypal")
     assert unknown.returncode != 0 and "expected test, toss or nothing" in unknown.stderr
+
+
+def test_toss_payments_need_both_keys():
+    refused = _payments(PAYMENTS_PROVIDER="toss", TOSS_SECRET_KEY="test_sk_x")
+    assert refused.returncode != 0 and "needs TOSS_SECRET_KEY and TOSS_CLIENT_KEY" in refused.stderr
+    both = _payments(PAYMENTS_PROVIDER="toss", TOSS_SECRET_KEY="test_sk_x", TOSS_CLIENT_KEY="test_ck_x")
+    assert both.returncode == 0 and both.stdout.strip() == "'toss'", both.stderr
