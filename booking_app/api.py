@@ -242,6 +242,11 @@ class BookingView(Endpoint):
         return self.answer(booked)
 
 
+RESERVATION_ID = OpenApiParameter(
+    "reservation_id", str, OpenApiParameter.PATH, description="a reservation id (UUID)"
+)
+
+
 class CancelView(Endpoint):
     """A reservation, read or ended with the token that booked it: a hold is given up
     (RELEASED), a booking cancelled (a paid one refunded); its seats go back on sale."""
@@ -252,9 +257,7 @@ class CancelView(Endpoint):
         operation_id="booking_read",
         parameters=[
             CancelInput,
-            OpenApiParameter(
-                "reservation_id", str, OpenApiParameter.PATH, description="a reservation id (UUID)"
-            ),
+            RESERVATION_ID,
         ],
         responses=responses(
             ReservationOutput,
@@ -287,9 +290,7 @@ class CancelView(Endpoint):
         operation_id="booking_cancel",
         parameters=[
             CancelInput,
-            OpenApiParameter(
-                "reservation_id", str, OpenApiParameter.PATH, description="a reservation id (UUID)"
-            ),
+            RESERVATION_ID,
         ],
         responses=responses(
             CancelledOutput,

@@ -163,16 +163,10 @@ class TossProvider:
         """A payment by its key, as Toss has it now (a notification's word is not
         taken for it: notifications are not signed, may repeat and may come out of
         order)."""
-        found = self._call("GET", f"/v1/payments/{payment_key}")
-        if found is None or found.get("status") not in self.TAKEN:
-            return None
-        return self._charge(found)
+        return self._taken(self._call("GET", f"/v1/payments/{payment_key}"))
 
     def lookup(self, order_id: str) -> Charge | None:
-        found = self._call("GET", f"/v1/payments/orders/{order_id}")
-        if found is None or found.get("status") not in self.TAKEN:
-            return None  # never confirmed: nothing was taken, the authorisation lapses
-        return self._charge(found)
+        return self._taken(self._call("GET", f"/v1/payments/orders/{order_id}"))
 
     def refund(self, charge: Charge, amount: int, reason: str) -> None:
         self._call(
@@ -181,6 +175,13 @@ class TossProvider:
             {"cancelReason": reason, "cancelAmount": amount},
             once=f"refund-{charge.payment_id}-{charge.refunded + amount}",
         )
+
+    def _taken(self, found: dict | None) -> Charge | None:
+        """A payment Toss answered with, as a charge if it took money; None if it
+        did not (never confirmed: the authorisation lapses at Toss by itself)."""
+        if found is None or found.get("status") not in self.TAKEN:
+            return None
+        return self._charge(found)
 
     @staticmethod
     def _charge(found: dict) -> Charge:

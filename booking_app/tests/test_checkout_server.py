@@ -15,6 +15,7 @@ from booking_app.models import Reservation
 from queue_app import events
 from queue_app.tests.test_beat import Stack, _purge_broker
 from testsupport.booking import seats_left
+from testsupport.http import join, poll, wait_until
 from testsupport.mail import Mailbox
 from testsupport.servers import collect_static, server_env, start_gunicorn, stop_gunicorn
 from ticketing import store
@@ -34,24 +35,8 @@ def server(django_db_setup, mailbox: Mailbox, tmp_path_factory) -> Iterator[str]
     stop_gunicorn(proc)
 
 
-def _until(what: str, check, seconds: float = 60):
-    deadline = time.monotonic() + seconds
-    while not (value := check()):
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.1)
-    return value
-
-
-def _join(base: str, event_id: str) -> str:
-    answer = requests.post(f"{base}/api/queue/join", json={"eventId": event_id}, timeout=30)
-    assert answer.status_code == 200, answer.text
-    return answer.json()["data"]["token"]
-
-
 def _status(base: str, token: str, event_id: str) -> str:
-    answer = requests.get(f"{base}/api/status/poll", params={"token": token, "eventId": event_id}, timeout=30)
-    assert answer.status_code == 200, answer.text
-    return answer.json()["data"]["status"]
+    return poll(base, token, event_id, timeout=30)["status"]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -62,9 +47,9 @@ def test_a_hold_unpaid_goes_to_the_next_person_who_pays_and_is_mailed(server: st
     event_id = "checkout-e2e"
     call_command("init_event", event_id, "--seats", "2", "--price", "1000", "--hold", "5", "--batch", "1")
     try:
-        first = _join(server, event_id)
-        second = _join(server, event_id)
-        _until("the first person is admitted", lambda: _status(server, first, event_id) == "ACTIVE")
+        first = join(server, event_id, timeout=30)
+        second = join(server, event_id, timeout=30)
+        wait_until("the first person is admitted", lambda: _status(server, first, event_id) == "ACTIVE")
         held = requests.post(
             f"{server}/api/booking",
             json={"token": first, "seatCount": 2, "eventId": event_id, "buyerEmail": "first@example.com"},
@@ -77,7 +62,7 @@ def test_a_hold_unpaid_goes_to_the_next_person_who_pays_and_is_mailed(server: st
         time.sleep(2)
         assert _status(server, second, event_id) == "WAITING"
 
-        row = _until(
+        row = wait_until(
             "the hold released",
             lambda: Reservation.objects.filter(
                 reservation_id=held["reservationId"], status="RELEASED"
@@ -89,9 +74,11 @@ def test_a_hold_unpaid_goes_to_the_next_person_who_pays_and_is_mailed(server: st
             row.hold_expires_at,
         )
         assert row.payment_id is None
-        _until("the seats back on sale", lambda: seats_left(event_id) == 2, seconds=10)  # right after the row
+        wait_until(
+            "the seats back on sale", lambda: seats_left(event_id) == 2, seconds=10
+        )  # right after the row
 
-        _until("the second person is admitted", lambda: _status(server, second, event_id) == "ACTIVE")
+        wait_until("the second person is admitted", lambda: _status(server, second, event_id) == "ACTIVE")
         buyer = Browser(server, "192.0.2.77")
         booked = buyer.session.post(
             f"{server}/api/booking",

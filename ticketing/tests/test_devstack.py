@@ -16,7 +16,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ import requests
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.conf import settings
 
+from testsupport.http import join, poll, wait_until
 from testsupport.servers import database_url_of_tests, wait_for_health
 from ticketing.servers import free_port
 
@@ -160,28 +160,6 @@ def stack(project: Path) -> Iterator[Stack]:
         running.stop()
         with contextlib.suppress(ProcessLookupError):
             os.killpg(running.proc.pid, signal.SIGKILL)
-
-
-def join(base: str, event_id: str) -> str:
-    resp = requests.post(f"{base}/api/queue/join", json={"eventId": event_id}, timeout=10)
-    assert resp.status_code == 200, resp.text
-    return resp.json()["data"]["token"]
-
-
-def poll(base: str, token: str, event_id: str) -> dict:
-    resp = requests.get(f"{base}/api/status/poll", params={"token": token, "eventId": event_id}, timeout=10)
-    assert resp.status_code == 200, resp.text
-    return resp.json()["data"]
-
-
-def wait_until(what: str, check, seconds: float = 60):
-    deadline = time.monotonic() + seconds
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.2)
 
 
 def admin_session(base: str, project: Path) -> requests.Session:
