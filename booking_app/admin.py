@@ -29,6 +29,7 @@ EXPORTED = (
     "released_at",
     "cancelled_at",
     "refunded_at",
+    "refunded_amount",
 )
 
 
@@ -51,6 +52,7 @@ class ReservationAdmin(admin.ModelAdmin):
         "seat_count",
         "status",
         "amount",
+        "refunded_amount",
         "payment_id",
         "buyer_name",
         "buyer_email",

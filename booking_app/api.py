@@ -14,8 +14,8 @@ from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from booking_app import checkout, mail, services, tasks
-from booking_app.models import BUYER_EMAIL_MAX, BUYER_NAME_MAX, Reservation
+from booking_app import checkout, mail, services
+from booking_app.models import BUYER_EMAIL_MAX, BUYER_NAME_MAX, TAKEN, Reservation
 from queue_app.api import EXAMPLE_TOKEN, TOKEN_TO_FILL, EventIdField, TokenField
 from ticketing.api import Endpoint, StrictField, responses
 from ticketing.errors import DomainError, envelope, validation_error
@@ -142,6 +142,12 @@ class ReservationOutput(serializers.Serializer):
     holdExpiresAt = serializers.SerializerMethodField()  # noqa: N815
     paidAt = serializers.SerializerMethodField()  # noqa: N815
     endedAt = serializers.SerializerMethodField()  # noqa: N815
+    refunded = serializers.IntegerField(
+        source="refunded_amount",
+        required=False,
+        help_text="REFUNDED: what was given back, in the currency's minor unit (the event's refund rule "
+        "when its buyer cancelled, rounded down; all of it otherwise)",
+    )
 
     @extend_schema_field({"type": "integer", "description": "ms since the epoch"})
     def get_bookedAt(self, row: Reservation) -> int | None:  # noqa: N802
@@ -159,7 +165,15 @@ class ReservationOutput(serializers.Serializer):
         {"type": "integer", "nullable": True, "description": "when it was released or cancelled (ms)"}
     )
     def get_endedAt(self, row: Reservation) -> int | None:  # noqa: N802
-        return _ms(row.released_at or row.cancelled_at)
+        if row.status in TAKEN:  # (a hold released, then confirmed by its late payment, has not ended)
+            return None
+        return _ms(row.cancelled_at or row.released_at)
+
+    def to_representation(self, row: Reservation) -> dict:
+        data = super().to_representation(row)
+        if row.status != Reservation.Status.REFUNDED:
+            del data["refunded"]
+        return data
 
 
 class CancelledOutput(serializers.Serializer):
@@ -235,10 +249,10 @@ class BookingView(Endpoint):
         except DomainError as exc:
             if exc.code == "BOOKING_PENDING":  # decided later: its mail waits for it
                 rid = exc.details["reservationId"]
-                tasks.confirmation_soon(request, rid, buyer_email=email, pending=True)
+                mail.confirmation_soon(request, rid, buyer_email=email, pending=True)
             raise
         if booked.status == "CONFIRMED":  # a hold is mailed once paid
-            tasks.confirmation_soon(request, booked.reservation_id, buyer_email=email)
+            mail.confirmation_soon(request, booked.reservation_id, buyer_email=email)
         return self.answer(booked)
 
 
@@ -304,4 +318,4 @@ class CancelView(Endpoint):
     def delete(self, request: Request, reservation_id: str) -> Response:
         rid = self._reservation_id(reservation_id)
         token = self.validated(request)["token"]
-        return self.answer(checkout.booking_end(reservation_id=rid, token=token.text))
+        return self.answer(checkout.booking_end(reservation_id=rid, token=token.text, by_buyer=True))

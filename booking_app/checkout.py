@@ -7,27 +7,40 @@ of the payment and the hold's end gets there first wins and the other sees it:
 
 - paying: the row is marked `paying_since` (only while HELD and not run out), the
   provider takes the money, then HELD -> CONFIRMED with the payment id. A charge
-  that finds its hold released meanwhile is refunded (REFUNDED), never confirmed.
+  that finds its hold released meanwhile is refunded (REFUNDED), never confirmed,
+  unless its event allows late confirmation and the seats are still free
+  (`_confirm_late`: RELEASED -> CONFIRMED, the seats taken back in Redis).
 - releasing: HELD -> RELEASED, whose seats go back to Redis by the cancellations'
   exactly-once give-back (lua/cancel.lua), so the next person in line can have them.
 - a hold run out (`holds_expire`, every second): one whose buyer had started paying
   is looked up at the provider first, so that a charge whose answer was lost, or
   whose process died before its commit, is confirmed (taken in time) or refunded.
 - refunds the provider could not take are tried again (`refunds_retry`) until done.
+  What goes back is decided when the booking ends and kept on the row
+  (`refunded_amount`): the event's refund rule when its buyer cancels a paid booking
+  (`refund_share`: rounded down), all of it for an operator's cancellation and for a
+  payment that came too late. The provider is asked only for the difference with
+  what it says it returned already, so a retry never gives back more.
+
+A booking confirmed here is mailed by the one caller whose compare-and-set
+confirmed it: the buyer's request (its address and language), or the sweep or a
+provider's notification (SITE_URL, the default language).
 """
 
 import logging
 import uuid
 
-from django.db import transaction
+from django.conf import settings
+from django.db import IntegrityError, transaction
 from django.db.models import Sum
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from booking_app import payments, publish, services
+from booking_app import mail, payments, publish, services
 from booking_app.models import Reservation
+from queue_app.models import Event
 from ticketing import metrics, store
-from ticketing.errors import DomainError
+from ticketing.errors import REDIS_ERRORS, DomainError
 
 log = logging.getLogger(__name__)
 
@@ -46,9 +59,12 @@ def _provider() -> payments.Provider:
     return found
 
 
-def hold_pay(*, reservation_id: uuid.UUID, reply: dict[str, str]) -> Reservation:
+def hold_pay(
+    *, reservation_id: uuid.UUID, reply: dict[str, str], site: str = "", language: str = ""
+) -> Reservation:
     """Take the payment of a held booking and confirm it; `reply` is what the
-    buyer's checkout sent back (the test provider's outcome, a provider's keys)."""
+    buyer's checkout sent back (the test provider's outcome, a provider's keys);
+    `site` and `language`, the buyer's request's, for the confirmation mail."""
     row = Reservation.objects.filter(reservation_id=reservation_id).exclude(status="VOID").first()
     if row is None:
         raise DomainError("RESERVATION_NOT_FOUND")
@@ -71,14 +87,20 @@ def hold_pay(*, reservation_id: uuid.UUID, reply: dict[str, str]) -> Reservation
     except payments.Unavailable as exc:
         log.warning("payment of %s: no answer from the provider: %s", row.reservation_id, exc)
         raise DomainError("PAYMENT_UNAVAILABLE") from None
-    return settle_charge(row, charge)
+    return settle_charge(row, charge, site=site, language=language)
 
 
-def settle_charge(row: Reservation, charge: payments.Charge) -> Reservation:
+def settle_charge(
+    row: Reservation, charge: payments.Charge, *, site: str = "", language: str = ""
+) -> Reservation:
     """A charge the provider took for this booking: confirm the booking if it is
-    still held and was paid before its hold ended, else refund it. Exactly once
-    whoever calls (the payment's request, or the sweep that found it)."""
-    if charge.amount != row.amount or charge.currency != row.currency:
+    still held and was paid before its hold ended (or later, where the event allows
+    it and the seats are still free), else refund it. Exactly once whoever calls
+    (the payment's request, the sweep that found it, a provider's notification);
+    the caller that confirmed it mails the buyer, with links to `site` in `language`
+    (a request's), else to SITE_URL in the default language."""
+    matches = charge.amount == row.amount and charge.currency == row.currency
+    if not matches:
         log.error(
             "payment %s of %s does not match the booking's amount", charge.payment_id, row.reservation_id
         )
@@ -92,27 +114,92 @@ def settle_charge(row: Reservation, charge: payments.Charge) -> Reservation:
                 transaction.on_commit(lambda: publish.publish_soon(row))
         if confirmed:
             log.info("booking %s paid (%s)", row.reservation_id, charge.payment_id)
-            metrics.checkout_ended(row.event_id, "PAID", (charge.charged_at - row.created_at).total_seconds())
+            _paid(row, charge, site=site, language=language)
             return row
     row.refresh_from_db()
     if row.status == CONFIRMED and row.payment_id == charge.payment_id:
         return row  # confirmed by this charge already (a second click, or the sweep)
-    # Too late, or released meanwhile: the money goes back, recorded on the row first
-    # so that a refund the provider cannot take now is tried again.
     hold_release(row, "paid too late")
+    if matches and _confirm_late(row, charge):
+        row.refresh_from_db()
+        log.info("booking %s paid late, its seats still free (%s)", row.reservation_id, charge.payment_id)
+        _paid(row, charge, site=site, language=language)
+        return row
+    # Too late, or released meanwhile: the money goes back, recorded on the row first
+    # so that a refund the provider cannot take now is tried again (and so that the
+    # row can no longer be confirmed late: `_confirm_late` wants no payment on it).
     Reservation.objects.filter(pk=row.pk, payment_id=None).update(payment_id=charge.payment_id)
     row.refresh_from_db()
-    if row.payment_id == charge.payment_id:
-        refund(row, charge)
-        row.refresh_from_db()
-    else:
+    if row.payment_id != charge.payment_id:
         log.error(
             "payment %s of %s is not the booking's (%s)",
             charge.payment_id,
             row.reservation_id,
             row.payment_id,
         )
+    elif row.status != CONFIRMED:  # (confirmed late meanwhile by another caller's same charge)
+        refund(row, charge)
+        row.refresh_from_db()
     return row
+
+
+def _confirm_late(row: Reservation, charge: payments.Charge) -> bool:
+    """Confirm a released hold with its late payment, on an open event that allows
+    late confirmation, if its seats are still free; False leaves it to be refunded.
+
+    Exactly once with the seats' give-back: the row is locked from before Redis takes
+    its seats back (lua/retake.lua) until it commits CONFIRMED, and every give-back
+    locks it too and acts only on a row still given back (services.return_seats), so
+    nothing gives these seats back again on what it read before. Reconcile's recount
+    counts them taken throughout: a released row out of the `returned` hash as being
+    returned, a confirmed one as sold. Postgres has the last word: a ledger with no
+    room, a seat cap or the token's other booking refuses the row, and the seats go
+    back at once (or by reconcile) under the same lock."""
+    allowed = Event.objects.filter(event_id=row.event_id, late_confirmation=True, status=Event.Status.OPEN)
+    if not allowed.exists():
+        return False
+    try:
+        with transaction.atomic():
+            locked = (
+                Reservation.objects.select_for_update()
+                .filter(pk=row.pk, status=RELEASED, payment_id=None)
+                .first()
+            )
+            if locked is None:  # refunded, or confirmed late by another caller first
+                return False
+            taken = services.seats_retake(locked)
+            if taken not in ("TAKEN", "KEPT"):
+                log.info("late payment of %s: its seats are not free (%s)", row.reservation_id, taken)
+                return False
+            try:
+                with transaction.atomic():
+                    Reservation.objects.filter(pk=row.pk).update(
+                        status=CONFIRMED,
+                        payment_id=charge.payment_id,
+                        paid_at=charge.charged_at,
+                        seats_returned_at=None,
+                    )
+            except IntegrityError as exc:
+                log.info("late payment of %s: Postgres refused its seats: %s", row.reservation_id, exc)
+                services.return_seats(locked)  # still locked and released: given back once
+                return False
+            transaction.on_commit(lambda: publish.publish_soon(locked))
+    except REDIS_ERRORS as exc:  # the row stays released: its seats are reconcile's to return
+        log.warning("late payment of %s: its seats could not be taken back: %s", row.reservation_id, exc)
+        return False
+    return True
+
+
+def _paid(row: Reservation, charge: payments.Charge, *, site: str, language: str) -> None:
+    """What the caller that confirmed a booking does once: count it, and have its
+    buyer mailed."""
+    metrics.checkout_ended(row.event_id, "PAID", (charge.charged_at - row.created_at).total_seconds())
+    mail.confirmation_queue(
+        row.reservation_id,
+        buyer_email=row.buyer_email,
+        site=site or settings.SITE_URL,
+        language=language or settings.LANGUAGE_CODE,
+    )
 
 
 def hold_release(row: Reservation, reason: str) -> bool:
@@ -130,31 +217,51 @@ def hold_release(row: Reservation, reason: str) -> bool:
     return True
 
 
+def refund_share(amount: int, percent: int) -> int:
+    """What a refund rule of `percent` gives back of `amount` (both in the currency's
+    minor unit): rounded down, so that no rounding gives back more than the rule
+    says (50 % of 55,555 KRW is 27,777 KRW; of 33.33 USD, 16.66 USD)."""
+    return amount * percent // 100
+
+
 def refund(row: Reservation, charge: payments.Charge | None = None) -> bool:
-    """Return a released or cancelled booking's payment in full; False when the
-    provider could not be asked (`refunds_retry` tries again)."""
+    """Give back what a released or cancelled booking's end decided of its payment
+    (`refunded_amount`; unset: all of it), asking the provider only for what it has
+    not returned yet, so that a refund tried again (after a lost answer too) never
+    gives back more; False when the provider could not be asked (`refunds_retry`
+    tries again). A share of 0 leaves the booking CANCELLED, with nothing given back."""
     provider = _provider()
+    given = 0
     try:
         charge = charge or provider.lookup(str(row.reservation_id))
-        if charge is not None and charge.refunded < charge.amount:
-            provider.refund(charge, charge.amount - charge.refunded, "booking not kept")
+        if charge is not None:
+            owed = charge.amount if row.refunded_amount is None else min(row.refunded_amount, charge.amount)
+            if charge.refunded < owed:
+                provider.refund(charge, owed - charge.refunded, "booking not kept")
+            given = max(owed, charge.refunded)
     except payments.Unavailable as exc:
         log.warning("refund of %s not made yet: %s", row.reservation_id, exc)
         return False
-    refunded = Reservation.objects.filter(pk=row.pk, status__in=(RELEASED, CANCELLED)).update(
-        status=REFUNDED, refunded_at=timezone.now()
-    )
+    done = {"refunded_at": timezone.now(), "refunded_amount": given}
+    if row.refunded_amount != 0:
+        done["status"] = REFUNDED
+    refunded = Reservation.objects.filter(
+        pk=row.pk, status__in=(RELEASED, CANCELLED), refunded_at=None
+    ).update(**done)
     if refunded:
         log.info("booking %s refunded", row.reservation_id)
         metrics.checkout_ended(row.event_id, "REFUNDED")
     return True
 
 
-def holds_expire() -> int:
-    """Release the holds whose time ran out (the beat runs this every second);
-    how many ended. A hold whose buyer had started paying is looked up first."""
+def holds_expire(event_id: str | None = None) -> int:
+    """Release the holds whose time ran out (the beat runs this every second, for
+    every event; reconcile for its event, in case the beat was away); how many
+    ended. A hold whose buyer had started paying is looked up first."""
     ended = 0
     due = Reservation.objects.filter(status=HELD, hold_expires_at__lte=Now()).order_by("hold_expires_at")
+    if event_id is not None:
+        due = due.filter(event_id=event_id)
     for row in due[:_BATCH]:
         if row.paying_since is not None:
             try:
@@ -214,20 +321,29 @@ def refunds_retry() -> int:
     return sum(refund(row) for row in owed[:_BATCH])
 
 
-def booking_end(*, reservation_id: uuid.UUID, token: str | None = None) -> Reservation:
-    """A buyer (with the token that booked) or an operator ends a booking: a hold is
-    released (abandoned), a confirmed booking cancelled, and a paid one refunded.
-    Its seats go back on sale either way."""
+def booking_end(
+    *, reservation_id: uuid.UUID, token: str | None = None, by_buyer: bool = False
+) -> Reservation:
+    """A buyer (`by_buyer`: with the token that booked, or the booking page's signed
+    link) or an operator ends a booking: a hold is released (abandoned), a confirmed
+    booking cancelled, and a paid one refunded: by the event's refund rule when its
+    buyer cancels, in full when an operator does. Its seats go back on sale either way."""
     rows = Reservation.objects.filter(reservation_id=reservation_id).exclude(status="VOID")
     if token is not None:
         rows = rows.filter(token=token)
     row = rows.first()
     if row is None:
         raise DomainError("RESERVATION_NOT_FOUND")
-    if row.status == HELD and hold_release(row, "abandoned"):
-        row.refresh_from_db()
-        return row
-    row = services.booking_cancel(reservation_id=reservation_id, token=token)
+    if row.status == HELD:
+        if hold_release(row, "abandoned"):
+            row.refresh_from_db()
+            return row
+        row.refresh_from_db()  # paid meanwhile
+    share = None
+    if by_buyer and row.payment_id is not None:
+        percent = Event.objects.values_list("refund_percent", flat=True).get(event_id=row.event_id)
+        share = refund_share(row.amount, percent)
+    row = services.booking_cancel(reservation_id=reservation_id, token=token, refunded_amount=share)
     if row.payment_id is not None:
         refund(row)
         row.refresh_from_db()

@@ -83,6 +83,11 @@ class Reservation(models.Model):
     paid_at = models.DateTimeField(_("paid at"), null=True, blank=True)
     released_at = models.DateTimeField(_("released at"), null=True, blank=True)
     refunded_at = models.DateTimeField(_("refunded at"), null=True, blank=True)
+    # What of the payment goes back (minor units): decided when the booking ends (the
+    # event's refund rule for its buyer's cancellation; None, all of it, otherwise)
+    # and given back once refunded_at is set, so that a refund tried again gives back
+    # the same amount, never more.
+    refunded_amount = models.PositiveBigIntegerField(_("refunded amount"), null=True, blank=True)
 
     class MailStatus(models.TextChoices):
         QUEUED = "", _("queued (or no email given)")

@@ -94,7 +94,9 @@ class TestProvider:
         if raw is None:
             raise Declined(f"no charge for order {charge.order_id}")
         record = json.loads(raw)
-        record["refunded"] = min(record["amount"], record.get("refunded", 0) + amount)
+        # "Up to charge.refunded + amount in all", as Toss' keyed cancel is: two callers
+        # that read the same charge and ask for the same share give it back once.
+        record["refunded"] = min(record["amount"], max(record.get("refunded", 0), charge.refunded + amount))
         store.client().set(key, json.dumps(record), keepttl=True)
 
     @staticmethod

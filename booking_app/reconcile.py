@@ -11,6 +11,10 @@
    refuses what Redis would oversell.
 3. Returns the seats of cancellations not yet in the `returned` hash, exactly once.
 
+Before those, it ends the event's holds whose time ran out (`checkout.holds_expire`,
+which the beat runs every second): a hold run out while nothing ran is settled by
+the next reconcile, whoever runs it.
+
 `event_recover` rebuilds an event's Redis state after Redis lost it: settings, the
 booking marks, then the same reconcile.
 """
@@ -24,6 +28,7 @@ from django.db.models import Sum
 from django.utils import timezone
 from redis.exceptions import LockError
 
+from booking_app import checkout
 from booking_app.models import GIVEN_BACK, TAKEN, Reservation
 from booking_app.services import (
     CONFIRMED,
@@ -64,6 +69,7 @@ class Report:
     refused: list[str] = field(default_factory=list)
     undecided: int = 0  # outbox entries Postgres could not be asked about
     marks_restored: int = 0  # booking marks Redis had lost
+    holds_ended: int = 0  # holds whose time had run out, settled (paid in time) or released
     ledger_fixed_from: int | None = None  # the event's seat ledger, when it disagreed with the rows
     busy: bool = False  # another reconcile was working on the event
     recounted: bool = False
@@ -111,6 +117,8 @@ class Report:
         out = [f"{sums}: HEALED: {'; '.join(self.healed)}" if self.healed else f"{sums}: consistent"]
         out += [f"  wrote reservation {rid} from the outbox" for rid in self.written]
         out += [f"  released outbox booking {rid} (refused or not saved in Postgres)" for rid in self.refused]
+        if self.holds_ended:
+            out.append(f"  ended {self.holds_ended} hold(s) whose time had run out")
         if self.undecided:
             out.append(f"  {self.undecided} outbox booking(s) wait for Postgres")
         return out
@@ -125,6 +133,7 @@ def booking_reconcile(event_id: str) -> Report:
         return report
     try:
         _settle_outbox(k, report)
+        report.holds_ended = checkout.holds_expire(event_id)
         report.ledger_fixed_from = _check_ledger(event_id)
         report.marks_restored = restore_marks(event_id)
         if _recount(k, report):

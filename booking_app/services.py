@@ -32,7 +32,7 @@ from django.utils import timezone
 
 from booking_app import publish
 from booking_app.buyers import email_key
-from booking_app.models import TAKEN, Reservation
+from booking_app.models import GIVEN_BACK, TAKEN, Reservation
 from queue_app.models import Event
 from queue_app.tokens import Token, issued
 from ticketing import metrics, store
@@ -65,6 +65,7 @@ _RELEASE = store.Caller(
 _NOTE_NOT_SAVED = store.Caller("note_not_saved", passes="booked reservation")
 _OUTBOX_DONE = store.Caller("outbox_done", passes="entry")
 _CANCEL = store.Caller("cancel", passes="booked reservation count")
+_RETAKE = store.Caller("retake", passes="booked reservation count")
 
 CONFIRMED, ALREADY_BOOKED, NO_ROOM, NOT_SAVED = "CONFIRMED", "ALREADY_BOOKED", "NO_ROOM", "NOT_SAVED"
 SEAT_CAP, BUYER_REQUIRED = "SEAT_CAP", "BUYER_REQUIRED"
@@ -444,12 +445,16 @@ _RECOUNT_RETRIES = 20
 _RECOUNT_WAIT_SEC = 0.025
 
 
-def booking_cancel(*, reservation_id: uuid.UUID, token: str | None = None) -> Reservation:
+def booking_cancel(
+    *, reservation_id: uuid.UUID, token: str | None = None, refunded_amount: int | None = None
+) -> Reservation:
     """Cancel a confirmed reservation and give its seats back.
 
     Postgres first (a compare-and-set on the status), then Redis: if Redis fails in
     between, the seats are missing (never oversold) until reconcile returns them,
-    exactly once.
+    exactly once. `refunded_amount`: what of a paid booking's payment goes back
+    (checkout.py), recorded in the same UPDATE, so that the refund, however often it
+    is tried, gives back what this cancellation decided.
     """
     rows = Reservation.objects.filter(reservation_id=reservation_id).exclude(status=Reservation.Status.VOID)
     if token is not None:
@@ -459,7 +464,7 @@ def booking_cancel(*, reservation_id: uuid.UUID, token: str | None = None) -> Re
         raise DomainError("RESERVATION_NOT_FOUND")
     # One UPDATE; the seat ledger's trigger gives the seats back in Postgres with it.
     updated = rows.filter(status=Reservation.Status.CONFIRMED).update(
-        status=Reservation.Status.CANCELLED, cancelled_at=timezone.now()
+        status=Reservation.Status.CANCELLED, cancelled_at=timezone.now(), refunded_amount=refunded_amount
     )
     if not updated:
         raise DomainError("ALREADY_CANCELLED")
@@ -471,10 +476,22 @@ def booking_cancel(*, reservation_id: uuid.UUID, token: str | None = None) -> Re
 def return_seats(reservation: Reservation, *, wait: bool = True) -> bool:
     """Put a cancellation's seats back on sale (exactly once, see lua/cancel.lua).
     False when left to reconcile: Redis failed, a recount held it back, or Redis holds
-    no live state of the event (a purged event's are returned if it is reopened)."""
+    no live state of the event (a purged event's are returned if it is reopened);
+    and when the row no longer gives its seats back (a late payment confirmed it).
+
+    Each try locks the row and gives back only while it is still cancelled, released
+    or refunded: a late confirmation (`seats_retake`) holds the same lock from
+    taking the seats until its commit, so that a caller that read the row before
+    (reconcile's list of cancellations) never gives back a confirmed booking's seats."""
     try:
         for _ in range(_RECOUNT_RETRIES if wait else 1):
-            given = give_back_cancelled(reservation)
+            with transaction.atomic():
+                rows = Reservation.objects.select_for_update().filter(
+                    pk=reservation.pk, status__in=GIVEN_BACK
+                )
+                if rows.values_list("pk", flat=True).first() is None:
+                    return False
+                given = give_back_cancelled(reservation)
             if given != -2:
                 break
             time.sleep(_RECOUNT_WAIT_SEC)
@@ -487,6 +504,27 @@ def return_seats(reservation: Reservation, *, wait: bool = True) -> bool:
         return False
     Reservation.objects.filter(pk=reservation.pk).update(seats_returned_at=timezone.now())
     return True
+
+
+def seats_retake(reservation: Reservation) -> str:
+    """Take a released hold's seats back for its late payment (lua/retake.lua):
+    TAKEN or KEPT (they were never given back) when they are the booking's again,
+    else NO_ROOM, RECOUNT (a recount ran all along) or GONE. The caller holds the
+    row locked (select_for_update) until it is confirmed or given back."""
+    k = store.EventKeys(reservation.event_id)
+    for _ in range(_RECOUNT_RETRIES):
+        taken = store.run(
+            _RETAKE.call(
+                k,
+                booked=k.booked(str(reservation.token)),
+                reservation=str(reservation.reservation_id),
+                count=reservation.seat_count,
+            )
+        ).decode()
+        if taken != "RECOUNT":
+            break
+        time.sleep(_RECOUNT_WAIT_SEC)
+    return taken
 
 
 def give_back_cancelled(reservation: Reservation) -> int:

@@ -10,11 +10,12 @@ from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils import translation
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
-from booking_app import checkout, mail, services, tasks
+from booking_app import checkout, mail, services
 from booking_app.models import BUYER_EMAIL_MAX, BUYER_NAME_MAX, Reservation
 from queue_app import services as queue
 from queue_app import tokens
@@ -93,7 +94,7 @@ def book(request: HttpRequest, event_id: str) -> HttpResponse:
         except DomainError as exc:
             if exc.code == "BOOKING_PENDING":  # decided later: its mail waits for it
                 rid, email = exc.details["reservationId"], form.cleaned_data["buyer_email"]
-                tasks.confirmation_soon(request, rid, buyer_email=email, pending=True)
+                mail.confirmation_soon(request, rid, buyer_email=email, pending=True)
             if exc.code in ("ALREADY_BOOKED", "BOOKING_PENDING"):
                 return redirect("confirmation", event_id, exc.details["reservationId"])
             if exc.code in ("NOT_ACTIVE", "SOLD_OUT"):
@@ -103,7 +104,7 @@ def book(request: HttpRequest, event_id: str) -> HttpResponse:
             if booked.status == Reservation.Status.HELD:
                 return redirect("checkout", mail.link_token(booked.reservation_id))
             email = form.cleaned_data["buyer_email"]
-            tasks.confirmation_soon(request, booked.reservation_id, buyer_email=email)
+            mail.confirmation_soon(request, booked.reservation_id, buyer_email=email)
             return redirect("confirmation", event_id, booked.reservation_id)
     return render(
         request,
@@ -150,11 +151,17 @@ def confirmation(request: HttpRequest, event_id: str, reservation_id: str) -> Ht
 
 def _booking(request: HttpRequest, reservation: Reservation, **context) -> HttpResponse:
     signed = mail.link_token(reservation.reservation_id)
+    paid, currency = reservation.amount, reservation.currency
+    share = checkout.refund_share(paid, reservation.event.refund_percent)
+    refunded = reservation.refunded_amount
     context = {
         "reservation": reservation,
         "link": reverse("booking-page", args=[signed]),
         "checkout_link": reverse("checkout", args=[signed]),
-        "amount": money.shown(reservation.amount, reservation.currency) if reservation.amount else "",
+        "amount": money.shown(paid, currency) if paid else "",
+        # What cancelling would give back, and what was, when that is not all of it.
+        "cancel_refund": money.shown(share, currency) if share != paid else "",
+        "refunded": money.shown(refunded, currency) if refunded is not None and refunded != paid else "",
         **context,
     }
     return render(request, "booking_app/confirmation.html", context)
@@ -200,14 +207,15 @@ def checkout_page(request: HttpRequest, signed: str) -> HttpResponse:
         if not reply:
             return HttpResponse(status=400)
         try:
-            row = checkout.hold_pay(reservation_id=rid, reply=reply)
+            # The confirmation is mailed by whoever confirms the booking: with this
+            # request's address and language when it is this payment.
+            site, language = request.build_absolute_uri("/").rstrip("/"), translation.get_language() or ""
+            checkout.hold_pay(reservation_id=rid, reply=reply, site=site, language=language)
         except DomainError as exc:
             if exc.code not in PAYMENT_MESSAGES:
                 return redirect("booking-page", signed)  # declined, run out: its page says so
             error = exc.code
         else:
-            if row.status == Reservation.Status.CONFIRMED:
-                tasks.confirmation_soon(request, rid, buyer_email=row.buyer_email)
             return redirect("booking-page", signed)
     if row.status != Reservation.Status.HELD:
         return redirect("booking-page", signed)
@@ -248,7 +256,7 @@ def booking_page(request: HttpRequest, signed: str) -> HttpResponse:
         raise Http404
     if request.method == "POST":
         try:
-            reservation = checkout.booking_end(reservation_id=rid)
+            reservation = checkout.booking_end(reservation_id=rid, by_buyer=True)
         except DomainError:  # ALREADY_CANCELLED (twice, or in another tab): the page shows it is
             reservation.refresh_from_db()
             return _booking(request, reservation)

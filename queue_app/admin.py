@@ -2,7 +2,7 @@
 
 from django import forms
 from django.contrib import admin, messages
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import Count, F, Q, QuerySet, Sum
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.urls import path, reverse
@@ -123,7 +123,7 @@ class EventAdmin(admin.ModelAdmin):
                     "A priced event holds a booking's seats while its buyer pays, and puts them back "
                     "on sale if the payment does not come in time. A price of 0 books at once, for free."
                 ),
-                "fields": ["price", "currency", "hold_seconds"],
+                "fields": ["price", "currency", "hold_seconds", "refund_percent", "late_confirmation"],
             },
         ),
         (
@@ -281,12 +281,15 @@ class EventAdmin(admin.ModelAdmin):
 
     @staticmethod
     def _revenue(event: Event) -> dict[str, str]:
-        """Money held (awaiting payment), paid (kept) and refunded, as people read it."""
+        """Money held (awaiting payment), paid (kept: a cancelled booking's share not
+        refunded too) and refunded, as people read it."""
         sums = event.reservations.aggregate(
             held=Sum("amount", filter=Q(status="HELD")),
             paid=Sum("amount", filter=Q(status="CONFIRMED")),
-            refunded=Sum("amount", filter=Q(status="REFUNDED")),
+            kept=Sum(F("amount") - F("refunded_amount"), filter=Q(refunded_at__isnull=False)),
+            refunded=Sum("refunded_amount", filter=Q(status="REFUNDED")),
         )
+        sums["paid"] = (sums["paid"] or 0) + (sums.pop("kept") or 0)
         return {k: money.shown(v or 0, event.currency) for k, v in sums.items()}
 
     @admin.display(description=_("protections"))

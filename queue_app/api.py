@@ -205,6 +205,14 @@ class PositionOutput(serializers.Serializer):
     reservationId = serializers.UUIDField(  # noqa: N815
         source="reservation_id", allow_null=True, help_text="BOOKED: the booking; NOT_SAVED: the one lost"
     )
+    reservationStatus = serializers.CharField(  # noqa: N815
+        source="reservation_status",
+        allow_null=True,
+        help_text="BOOKED: the booking's status as the database has it: HELD while a priced event's buyer "
+        "pays at checkout, CONFIRMED once paid (a free event's at once). null for any other status, and "
+        "for a BOOKED one whose booking is still being decided (BOOKING_PENDING) or whose status could "
+        "not be read just now.",
+    )
     eventId = serializers.CharField(source="event_id")  # noqa: N815
     eventStatus = serializers.ChoiceField(source="event_status", choices=["OPEN", "PAUSED", "CLOSED"])  # noqa: N815
     soldOut = serializers.BooleanField(source="sold_out")  # noqa: N815

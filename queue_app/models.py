@@ -116,6 +116,26 @@ class Event(models.Model):
         validators=[MinValueValidator(5), MaxValueValidator(3600)],
         help_text=_("How long a priced booking's seats are held while its buyer pays."),
     )
+    # What a buyer who cancels a paid booking gets back (booking_app/checkout.py:
+    # booking_end). An operator's cancellation, and a payment that came after its
+    # hold ended, are always refunded in full: that buyer never had the seats.
+    refund_percent = models.PositiveSmallIntegerField(
+        _("refund percent"),
+        default=100,
+        validators=[MaxValueValidator(100)],
+        help_text=_(
+            "Of a paid booking its buyer cancels, the share refunded, rounded down to the "
+            "currency's minor unit; 0 = none. An operator's cancellation is refunded in full."
+        ),
+    )
+    late_confirmation = models.BooleanField(
+        _("late confirmation"),
+        default=False,
+        help_text=_(
+            "A payment that arrives after its hold was released confirms the booking if the "
+            "sale is open and its seats are still free; otherwise (and when off) it is refunded."
+        ),
+    )
     # The durable seat count: the sum of held and confirmed reservations, kept by a database
     # trigger in the same statement as every change of a reservation (see
     # booking_app/migrations/0003_seat_ledger_trigger.py). Redis decides who gets a

@@ -4,6 +4,7 @@ Each public function is one atomic script call (one Redis round trip), so two ap
 servers can never interleave a check and an act.
 """
 
+import asyncio
 import functools
 import logging
 import os
@@ -11,7 +12,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import DatabaseError, close_old_connections
 from django.utils.module_loading import import_string
 
 from queue_app import cadence, draw, line, tokens
@@ -317,6 +320,7 @@ class Position:
     next_poll_ms: int
     active_expires_at: int | None  # ms, while ACTIVE (or NOT_SAVED in a window still on)
     reservation_id: str | None  # once BOOKED; NOT_SAVED: the booking that was not
+    reservation_status: str | None  # once BOOKED: its status in Postgres (HELD, CONFIRMED), if read
     event_id: str
     event_status: str
     sold_out: bool
@@ -377,6 +381,7 @@ def _position(event_id: str, token: Token, reply: line.PollReply) -> Position:
         next_poll_ms=cadence.next_poll_ms(state, rank, until_start),
         active_expires_at=_window_end(state, detail),
         reservation_id=detail.decode().split(":")[0] if state in ("BOOKED", "NOT_SAVED") else None,
+        reservation_status=None,  # a BOOKED poll's is read from Postgres (queue_poll)
         event_id=event_id,
         event_status=_word(event_status),
         sold_out=seats <= 0,
@@ -391,14 +396,56 @@ def _position(event_id: str, token: Token, reply: line.PollReply) -> Position:
     )
 
 
+@functools.cache
+def _status_reader() -> Callable[[str], str | None]:
+    return import_string(settings.RESERVATION_STATUS)
+
+
+def reservation_status(reservation_id: str) -> str | None:
+    """A booked token's reservation's status in Postgres: HELD while a priced event's
+    buyer pays, CONFIRMED once paid (a free event's at once). Redis' mark says only
+    that the token booked, and which reservation; the booking app owns the row and
+    reads it (settings.RESERVATION_STATUS), so the line never imports it. None when
+    there is no row yet (BOOKING_PENDING), or Postgres cannot be asked: the poll still
+    answers, and a booked person's page leaves the waiting room either way."""
+    try:
+        return _status_reader()(reservation_id)
+    except DatabaseError as exc:
+        log.warning("reservation %s: its status was not read for a poll: %s", reservation_id, exc)
+        return None
+
+
+def _reservation_status_then_close(reservation_id: str) -> str | None:
+    try:
+        return reservation_status(reservation_id)
+    finally:
+        # The fast lane has no request cycle to end the connection: end it as
+        # Django's request_finished does (back to the pool, or closed past its age).
+        close_old_connections()
+
+
+# On asgiref's one thread for thread-sensitive code (Django's connection belongs to
+# its thread): each process asks Postgres for at most one poll at a time, on one
+# connection, so a burst of booked polls cannot take the pool the bookings need. A
+# read on a unique index takes well under a millisecond, and booked polls are few.
+_areservation_status = sync_to_async(_reservation_status_then_close, thread_sensitive=True)
+# A poll waits this long for the status, then answers without it: Postgres away
+# would otherwise hold it for its connect_timeout (5 s) or the pool's timeout (10 s).
+RESERVATION_STATUS_WAIT_SEC = 1.0
+
+
 def queue_poll(*, event_id: str, token: Token) -> Position:
     """A waiting person is answered from the process's copy of the line
-    (queue_app/line.py); everyone else, and anyone it cannot place, by Redis."""
+    (queue_app/line.py); everyone else, and anyone it cannot place, by Redis. Only a
+    BOOKED answer (rare: a booked person's page leaves) reads Postgres, once."""
     number = issued(event_id, token)
     reply = line.current(event_id, number).answer(token.raw, number)
     if reply is None:
         reply = store.run(_poll_call(event_id, token))
-    return _position(event_id, token, reply)
+    at = _position(event_id, token, reply)
+    if at.status == "BOOKED":
+        at.reservation_status = reservation_status(at.reservation_id)
+    return at
 
 
 async def aqueue_poll(*, event_id: str, token: Token) -> Position:
@@ -406,7 +453,17 @@ async def aqueue_poll(*, event_id: str, token: Token) -> Position:
     reply = (await line.acurrent(event_id, number)).answer(token.raw, number)
     if reply is None:
         reply = await store.arun(_poll_call(event_id, token))
-    return _position(event_id, token, reply)
+    at = _position(event_id, token, reply)
+    if at.status == "BOOKED":
+        try:
+            at.reservation_status = await asyncio.wait_for(
+                _areservation_status(at.reservation_id), RESERVATION_STATUS_WAIT_SEC
+            )
+        except TimeoutError:
+            log.warning(
+                "reservation %s: Postgres did not answer its status for a poll in time", at.reservation_id
+            )
+    return at
 
 
 def queue_draw_receipt(*, event_id: str, token: Token) -> draw.SignedReceipt:

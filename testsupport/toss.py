@@ -6,14 +6,19 @@ It checks the secret key (HTTP Basic, the key as user name), keeps each payment'
 state (READY once the widget authorised it, DONE once confirmed, CANCELED or
 PARTIAL_CANCELED once given back), answers a repeated Idempotency-Key with the
 first answer, and can be told to decline, to answer late, or to apply a call and
-then drop the connection (an answer lost)."""
+then drop the connection (an answer lost). For the fault-injection suite it can
+also be down (every call answered 503), run a hook around each confirm (to delay
+it, or to kill the process waiting for it), and report each change of a payment's
+status, as Toss' notifications do."""
 
 import base64
 import datetime
 import json
+import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -27,12 +32,19 @@ class Knobs:
     decline: str = ""  # the next confirm is refused with this code
     delay: float = 0.0  # seconds before each answer
     lose_answer: bool = False  # the next confirm is applied, then the connection dropped
+    down: bool = False  # every call is answered 503, nothing applied (an outage)
+    # Called with the payment's key and "before" / "after" around each confirm, outside
+    # any lock: it may sleep, or act; "lose" from the "after" call drops the answer.
+    confirm_hook: Callable[[str, str], str] | None = None
+    # Called with a payment after each change of its status (Toss' PAYMENT_STATUS_CHANGED).
+    on_change: Callable[[dict], None] | None = None
 
 
 @dataclass
 class TossStandIn:
     secret: str = "test_sk_standin"
     payments: dict[str, dict] = field(default_factory=dict)  # paymentKey -> payment
+    refused: int = 0  # calls answered 503 while down
     seen: list[tuple[str, str, dict, dict]] = field(default_factory=list)  # method, path, headers, body
     knobs: Knobs = field(default_factory=Knobs)
     _answers: dict[str, tuple[int, dict]] = field(default_factory=dict)  # Idempotency-Key -> answer
@@ -40,7 +52,7 @@ class TossStandIn:
 
     def __post_init__(self) -> None:
         self.port = free_port()
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), _handler(self))
+        self.server = _Server(("127.0.0.1", self.port), _handler(self))
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     @property
@@ -55,9 +67,10 @@ class TossStandIn:
         self.server.shutdown()
         self.server.server_close()
 
-    def authorize(self, order_id: str, amount: int) -> str:
+    def authorize(self, order_id: str, amount: int, *, decline: str = "") -> str:
         """What the checkout page's widget does: the buyer authorises the payment;
-        the paymentKey it hands the success URL."""
+        the paymentKey it hands the success URL. `decline`: the card issuer's refusal
+        its confirm will meet."""
         key = f"tpk_{uuid.uuid4().hex}"
         with self._lock:
             self.payments[key] = {
@@ -69,6 +82,7 @@ class TossStandIn:
                 "currency": "KRW",
                 "approvedAt": None,
                 "cancels": [],
+                "declineWith": decline,
             }
         return key
 
@@ -85,14 +99,25 @@ class TossStandIn:
                 "code": "UNAUTHORIZED_KEY",
                 "message": "인증되지 않은 시크릿 키 혹은 클라이언트 키 입니다.",
             }
+        if self.knobs.down:
+            with self._lock:
+                self.refused += 1
+            return 503, {
+                "code": "FAILED_INTERNAL_SYSTEM_PROCESSING",
+                "message": "내부 시스템 처리 작업이 실패했습니다.",
+            }
         once = headers.get("Idempotency-Key", "")
         with self._lock:
             if once and once in self._answers:
                 return self._answers[once]
+            before = {key: p["status"] for key, p in self.payments.items()}
             status, found = self._apply(method, path, body)
             if once and status < 500:
                 self._answers[once] = (status, found)
-            return status, found
+            changed = [dict(p) for key, p in self.payments.items() if before.get(key) != p["status"]]
+        for payment in changed if self.knobs.on_change else ():
+            self.knobs.on_change(payment)
+        return status, found
 
     def _apply(self, method: str, path: str, body: dict) -> tuple[int, dict]:
         if method == "POST" and path == "/v1/payments/confirm":
@@ -106,8 +131,8 @@ class TossStandIn:
                 return 400, {"code": "INVALID_REQUEST", "message": "잘못된 요청입니다."}
             if payment["status"] != "READY":
                 return 400, {"code": "ALREADY_PROCESSED_PAYMENT", "message": "이미 처리된 결제 입니다."}
-            if self.knobs.decline:
-                code, self.knobs.decline = self.knobs.decline, ""
+            if self.knobs.decline or payment["declineWith"]:
+                code, self.knobs.decline = self.knobs.decline or payment["declineWith"], ""
                 return 403, {"code": code, "message": "결제 승인이 거절되었습니다."}
             payment.update(status="DONE", approvedAt=datetime.datetime.now(KST).isoformat(timespec="seconds"))
             return 200, dict(payment)
@@ -136,15 +161,29 @@ class TossStandIn:
         return 404, {"code": "NOT_FOUND", "message": "Not found"}
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A caller that went away before its answer (a process killed while it
+        waited) is one of the faults the tests make, not an error of the stand-in."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 def _handler(standin: TossStandIn) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def _serve(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}") if length else {}
+            hook = standin.knobs.confirm_hook if self.path == "/v1/payments/confirm" else None
+            if hook:
+                hook(str(body.get("paymentKey")), "before")
             status, found = standin.answer(self.command, self.path, dict(self.headers), body)
             if standin.knobs.delay:
                 time.sleep(standin.knobs.delay)
-            if standin.knobs.lose_answer and self.path == "/v1/payments/confirm":
+            lose = bool(hook) and hook(str(body.get("paymentKey")), "after") == "lose"
+            if lose or (standin.knobs.lose_answer and self.path == "/v1/payments/confirm"):
                 standin.knobs.lose_answer = False
                 self.close_connection = True
                 self.connection.close()  # applied, and the answer never leaves

@@ -304,6 +304,8 @@ def _serve_env(verbose: bool) -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.setdefault("PORT", "8000")
+    # The links of the mail sent outside a request (a hold confirmed by the sweep).
+    env.setdefault("SITE_URL", f"http://{env.get('HOST', '127.0.0.1')}:{env['PORT']}")
     env["PYTHONUNBUFFERED"] = "1"
     # The terminal gets warnings and errors; everything (the per-second tick, each
     # task) goes to the log file. -v or LOG_LEVEL=INFO shows it all on the terminal.

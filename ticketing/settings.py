@@ -478,6 +478,10 @@ ACCOUNTS_REQUIRE_CONFIRMED_EMAIL = _bool("ACCOUNTS_REQUIRE_CONFIRMED_EMAIL", Fal
 # decides, the line asks it by this path (as AUTHENTICATION_BACKENDS are named), so
 # the line does not depend on how accounts are confirmed.
 ACCOUNT_MAY_HOLD_PLACE = "accounts_app.confirm.may_hold_place"
+# The status Postgres has for a booked token's reservation (HELD, CONFIRMED, ...),
+# which its poll shows: the booking app reads it, the line asks by this path, so that
+# the line (queue_app) never imports the booking app that depends on it.
+RESERVATION_STATUS = "booking_app.selectors.reservation_status"
 
 # --- Mail ---
 # EMAIL_URL: smtp://user:password@host:25, smtp+tls://...:587 (STARTTLS),
@@ -505,6 +509,13 @@ EMAIL_TIMEOUT = _int("EMAIL_TIMEOUT", 10, minimum=1)
 # How often a booking's confirmation is tried again when the mail server refuses it
 # (pauses of 10 s, doubling: 5 tries span about five minutes).
 CONFIRMATION_MAIL_RETRIES = _int("CONFIRMATION_MAIL_RETRIES", 5, minimum=0)
+# The site's public address (https://tickets.example.com), for the links of mail sent
+# outside a buyer's request: a hold confirmed by checkout's sweep or by a payment
+# provider's notification. Unset: make run's address under DEBUG; otherwise such a
+# confirmation is not mailed, and the booking's page says so.
+SITE_URL = env.str("SITE_URL", default="").strip().rstrip("/") or ("http://127.0.0.1:8000" if DEBUG else "")
+if SITE_URL and not SITE_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(f"SITE_URL={SITE_URL!r}: expected a URL starting with http:// or https://")
 
 LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("ko", "한국어")]

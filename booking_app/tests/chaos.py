@@ -12,10 +12,19 @@ One run, for one seed (the seed picks its scenario, see `scenario_of`):
   SIGKILLed mid-request; Redis SIGKILLed and restarted from an older snapshot;
   FLUSHALL followed by `recover_event`; reconciles running in parallel, and a
   reconcile SIGKILLed while it holds the event, at one of its Redis steps;
+- checkout (the scenarios `checkout` and `checkout-restore`): a priced event whose
+  holds last HOLD_SEC, paid through Toss Payments' API (a local stand-in,
+  testsupport/toss.py, that the app servers' real client code calls); buyers pay,
+  are declined, give up or walk away; the app servers are SIGKILLed between Toss'
+  confirmation and the commit, confirm answers are lost, Toss is down for a while,
+  payments are in flight when their hold ends (applied just before, or just after),
+  Toss' notifications come twice and out of order; the beat's sweep and refund
+  retries run every second;
 - then the checks, once when the load has stopped and again after reconcile: every
   fault the scenario planned fired (counted when it happened, not when planned), the
   run sold seats, the invariants hold, and every answer a buyer got agrees with the
-  row it implies.
+  row it implies; with checkout, every payment Toss took is a confirmed booking or
+  refunded, and no payment confirms two bookings.
 
 The seed fixes the buyers, the fault probabilities and the schedule; threads make the
 exact interleaving differ between replays, so a failing seed is replayed with
@@ -37,17 +46,18 @@ from pathlib import Path
 
 import requests
 from django.conf import settings
-from django.db import connection, connections
+from django.db import DatabaseError, connection, connections
 from django.db.models import Sum
 from django.test import override_settings
 
-from booking_app import reconcile
-from booking_app.models import Reservation
+from booking_app import checkout, reconcile
+from booking_app.models import GIVEN_BACK, TAKEN, Reservation
 from queue_app import admission, events
 from queue_app import services as queue
 from queue_app.models import Event
 from testsupport import CheckedThread
 from testsupport.servers import RedisServer, start_gunicorn
+from testsupport.toss import TossStandIn
 from ticketing import store
 from ticketing.errors import REDIS_ERRORS
 from ticketing.tests.faultproxy import Action, FaultProxy, Message
@@ -59,6 +69,8 @@ SCENARIOS = {
     "flush": {"cuts", "flush"},
     "reconcile": {"cuts", "reconcile"},
     "everything": {"cuts", "kill", "restore", "flush", "reconcile"},
+    "checkout": {"cuts", "checkout"},
+    "checkout-restore": {"cuts", "checkout", "restore"},
 }
 
 
@@ -70,7 +82,7 @@ def scenario_of(seed: int) -> str:
 
 
 # The Redis scripts of booking, cancellation and reconcile: each may be cut.
-BOOKING_SCRIPTS = ("reserve", "release", "outbox_done", "cancel", "seats_heal")
+BOOKING_SCRIPTS = ("reserve", "release", "outbox_done", "cancel", "seats_heal", "retake")
 # Chance that an eligible message is cut before / after the server got it.
 CUT_BEFORE, CUT_AFTER = 0.05, 0.05
 # Besides those odds, the seed picks one booking INSERT and one `reserve` among the first
@@ -100,6 +112,24 @@ KILLED_LOCK_MS = 500
 # and the seats of a refused booking whose give-back was cut (reconcile returns them
 # after the sale), a few seats each.
 MIN_SOLD = 90
+# Checkout: a seat's price, and how long a hold lasts. Fewer seats are paid for than
+# held (some buyers are declined, give up or walk away, and their seats sell again
+# only to those still trying): a run must have had this many seats paid for, and
+# this many released.
+PRICE, HOLD_SEC = 1000, 3
+MIN_PAID, MIN_RELEASED = 30, 5
+# Seconds Toss' API may take before the app servers give up on it (past the longest
+# delay the run's confirm hook makes).
+TOSS_TIMEOUT_SEC = 8
+# A hold's statuses: from what a buyer was told, the row's status at the end must be
+# one of these (RELEASED or CANCELLED become REFUNDED when money goes back).
+REACHABLE = {
+    "HELD": {"HELD", "CONFIRMED", "RELEASED", "REFUNDED", "CANCELLED"},
+    "CONFIRMED": {"CONFIRMED", "CANCELLED", "REFUNDED"},
+    "CANCELLED": {"CANCELLED", "REFUNDED"},
+    "RELEASED": {"RELEASED", "REFUNDED"},
+    "REFUNDED": {"REFUNDED"},
+}
 
 # A management command in a process of its own, started before the sale: Django takes
 # seconds to start on a busy machine, so a command started at its planned time would
@@ -160,6 +190,8 @@ class Answer:
     reservation_id: str | None  # the id the answer names (for a failed cancel, the id asked about)
     seats: int | None  # the seatCount the answer names
     asked_id: str | None = None  # a cancel: the reservation it asked to cancel
+    data: dict | None = None  # the answer's data, when it succeeded
+    payment_key: str | None = None  # a payment: the key Toss' widget gave its buyer
 
 
 @dataclass(frozen=True)
@@ -167,6 +199,7 @@ class Row:
     token: str
     seats: int
     status: str
+    payment_id: str | None = None
 
 
 @dataclass
@@ -199,6 +232,13 @@ class Run:
         self.proxies: list[FaultProxy] = []
         self.kill_messages: list[Message] = []
         self.warm: list[Warm] = []
+        self.checkout = "checkout" in self.flags
+        # checkout-restore's event confirms a payment that came after its hold was
+        # released while the seats are free (lua/retake.lua); checkout's refunds it.
+        self.late = self.checkout and "restore" in self.flags
+        self.toss: TossStandIn | None = None
+        self.hold_ends: dict[str, float] = {}  # reservation id -> its hold's end (epoch seconds)
+        self.tokens: dict[str, str] = {}  # reservation id -> its buyer's token
 
     # --- the stack ---------------------------------------------------------------
 
@@ -213,6 +253,7 @@ class Run:
             "BOOKING_RECONCILE_GRACE_SEC": str(GRACE_SEC),
             "LOG_LEVEL": "CRITICAL",
             "RATE_LIMIT_JOIN": "0",  # every buyer is 127.0.0.1
+            **({k: str(v) for k, v in self._toss_settings().items()} if self.toss else {}),
         }
 
     def _warm(self, *args: str, redis_proxy: FaultProxy | None = None) -> Warm:
@@ -345,6 +386,8 @@ class Run:
             plan += [(0.6 + 0.7 * i, "reconcile kill" if i in armed else "reconcile") for i in range(6)]
             self.planned["reconcile killed"] += len(armed)
             self.planned["reconcile"] += 12 - len(armed)
+        if "checkout" in self.flags:
+            plan.append((rng.uniform(1.0, 3.0), "toss down"))
         self.planned.update(what for _, what in plan if what in ("kill worker", "restore", "flush"))
         return sorted(plan)
 
@@ -368,6 +411,8 @@ class Run:
                 self.redis_lost_data = True
                 self.faults["flush"] += 1
                 self._recover()
+            elif what == "toss down":
+                self._toss_down()
             elif what.startswith("reconcile"):
                 if what == "reconcile kill":
                     with self.lock:
@@ -391,8 +436,10 @@ class Run:
 
     # --- buyers ----------------------------------------------------------------------
 
-    def _call(self, what: str, token: str, method: str, path: str, asked: str | None = None, **kw) -> Answer:
-        status, code, rid, seats = None, "NO_ANSWER", asked, None
+    def _call(
+        self, what: str, token: str, method: str, path: str, asked: str | None = None, payment_key=None, **kw
+    ) -> Answer:
+        status, code, rid, seats, kept = None, "NO_ANSWER", asked, None, None
         try:
             resp = requests.request(method, f"{self.base}{path}", timeout=60, **kw)
             status = resp.status_code
@@ -400,13 +447,14 @@ class Run:
             if body["success"]:
                 data = body["data"]
                 code, rid, seats = data["status"], data["reservationId"], data["seatCount"]
+                kept = data
             else:
                 code, rid = body["error"]["code"], body["error"].get("reservationId", asked)
         except requests.RequestException:
             pass  # a broken connection: NO_ANSWER
         except (ValueError, KeyError, TypeError):
             code = f"HTTP {status} without the envelope"
-        answer = Answer(what, token, status, code, rid, seats, asked)
+        answer = Answer(what, token, status, code, rid, seats, asked, kept, payment_key)
         self.answers.append(answer)
         return answer
 
@@ -415,6 +463,9 @@ class Run:
         time.sleep(rng.uniform(0.0, SALE_SEC))
         seats = rng.randint(1, 3)
         give_up = time.monotonic() + PATIENCE_SEC
+        # With checkout, seats come back (holds released): a buyer told there are none
+        # tries again for a while, as a person watching "may come back" does.
+        hope = time.monotonic() + 3 * HOLD_SEC
         while True:
             self.asked[token] = seats
             payload = {
@@ -426,7 +477,12 @@ class Run:
             }
             answer = self._call("book", token, "POST", "/api/booking", json=payload)
             lost = "flush" in self.flags and answer.code in LINE_LOST
-            if time.monotonic() > give_up or not (answer.code in TRANSIENT or lost):
+            hoping = (
+                self.checkout
+                and answer.code in ("SOLD_OUT", "INSUFFICIENT_SEATS")
+                and time.monotonic() < hope
+            )
+            if time.monotonic() > give_up or not (answer.code in TRANSIENT or lost or hoping):
                 break
             if answer.code in ("NOT_ACTIVE", "INVALID_TOKEN") and lost:
                 token = self._join_again(rng, give_up)
@@ -434,17 +490,73 @@ class Run:
                     break
             else:
                 time.sleep(rng.uniform(0.1, 0.4))
-        if answer.code == "CONFIRMED" and rng.random() < 0.15:
-            rid = answer.reservation_id
+        if answer.code == "HELD":
+            self._checkout(rng, token, answer)
+        elif answer.code == "CONFIRMED" and rng.random() < 0.15:
             time.sleep(rng.uniform(0.0, 1.0))
-            self.cancels_asked.add((token, rid))
-            for _ in range(4):
-                cancel = self._call(
-                    "cancel", token, "DELETE", f"/api/booking/{rid}", asked=rid, params={"token": token}
+            self._end(rng, token, answer.reservation_id)
+
+    def _end(self, rng: random.Random, token: str, rid: str) -> None:
+        """Cancel a booking, or give a hold up (the same DELETE)."""
+        self.cancels_asked.add((token, rid))
+        for _ in range(4):
+            cancel = self._call(
+                "cancel", token, "DELETE", f"/api/booking/{rid}", asked=rid, params={"token": token}
+            )
+            if cancel.code not in TRANSIENT:
+                break
+            time.sleep(rng.uniform(0.1, 0.4))
+
+    # --- checkout ----------------------------------------------------------------------
+
+    def _checkout(self, rng: random.Random, token: str, held: Answer) -> None:
+        """A buyer with a hold: walks away (the hold runs out), gives it up, or pays
+        through Toss' widget (declined by the card issuer, sometimes), coming back to
+        the checkout page until it answers; then reads the booking, and sometimes
+        cancels a paid one (refunded)."""
+        rid, data = held.reservation_id, held.data
+        self.hold_ends[rid] = data["holdExpiresAt"] / 1000
+        self.tokens[rid] = token
+        roll = rng.random()
+        if roll < 0.10:
+            return
+        if roll < 0.25:
+            time.sleep(rng.uniform(0.0, 1.0))
+            self._end(rng, token, rid)
+            return
+        time.sleep(rng.uniform(0.0, 1.2))
+        key = self.toss.authorize(rid, data["amount"], decline="REJECT_CARD_PAYMENT" if roll < 0.33 else "")
+        back = {"paymentKey": key, "orderId": rid, "amount": data["amount"]}
+        for _ in range(8):
+            try:
+                page = requests.get(
+                    data["checkoutUrl"],
+                    params=back,
+                    timeout=60,
+                    allow_redirects=False,
                 )
-                if cancel.code not in TRANSIENT:
-                    break
-                time.sleep(rng.uniform(0.1, 0.4))
+                if page.status_code in (200, 302):
+                    break  # decided, or the page says what happened
+            except requests.RequestException:
+                pass  # the process was killed, or a fault: the buyer reloads
+            time.sleep(rng.uniform(0.2, 0.5))
+        for _ in range(6):
+            read = self._call(
+                "pay",
+                token,
+                "GET",
+                f"/api/booking/{rid}",
+                asked=rid,
+                payment_key=key,
+                params={"token": token},
+            )
+            if read.code not in TRANSIENT:
+                break
+            self.answers.remove(read)  # only what the buyer finally read counts
+            time.sleep(rng.uniform(0.2, 0.5))
+        if read.code == "CONFIRMED" and rng.random() < 0.2:
+            time.sleep(rng.uniform(0.0, 1.0))
+            self._end(rng, token, rid)
 
     def _join_again(self, rng: random.Random, give_up: float) -> str | None:
         """After the line was lost: join it again and poll until admitted (the tick
@@ -477,11 +589,183 @@ class Run:
 
     def _beat(self, stop: threading.Event) -> None:
         """The admission tick, every second of the sale, as beat runs it."""
-        while not stop.wait(1.0):
-            try:
-                admission.event_admit(self.event_id)
-            except REDIS_ERRORS:
-                pass  # Redis is being restarted: the next tick admits
+        try:
+            while not stop.wait(1.0):
+                try:
+                    admission.event_admit(self.event_id)
+                except REDIS_ERRORS:
+                    pass  # Redis is being restarted: the next tick admits
+                if self.checkout:  # the beat's checkout sweeps
+                    try:
+                        checkout.holds_expire()
+                        checkout.refunds_retry()
+                    except (DatabaseError, *REDIS_ERRORS):
+                        pass  # the next second's sweep ends them
+        finally:
+            connections.close_all()
+
+    def _toss_settings(self) -> dict:
+        return {
+            "PAYMENTS_PROVIDER": "toss",
+            "TOSS_SECRET_KEY": self.toss.secret,
+            "TOSS_CLIENT_KEY": "test_ck_chaos",
+            "TOSS_API_URL": self.toss.url,
+            "PAYMENTS_TIMEOUT_SEC": TOSS_TIMEOUT_SEC,
+        }
+
+    def _start_toss(self, rng: random.Random) -> None:
+        """Toss' stand-in and its faults. Confirms are numbered as they arrive; the
+        seed picks among the first ten which lose their answer, which one's process
+        is killed once Toss took the money, and which are in flight when their hold
+        ends (a fault waits for a confirm it can act on: one whose hold has not ended)."""
+        self.toss = TossStandIn().start()
+        self.toss.knobs.confirm_hook = self._confirm_hook
+        self.toss.knobs.on_change = self._notify
+        at = rng.sample(range(1, 11), 6)
+        kinds = ["toss answer lost", "toss answer lost", "killed after the charge"]
+        kinds += ["hold ended with its answer in flight", "hold ended before its charge"]
+        kinds += ["hold given up while its payment was in flight"]
+        self.confirm_faults = sorted(zip(at, kinds, strict=True))
+        self.confirm_acting: dict[str, str] = {}  # paymentKey -> its fault
+        self.confirms = 0
+        self.planned.update(kinds)
+        self.planned.update(["toss down", "notification repeated", "notification out of order"])
+        self.notifier = ThreadPoolExecutor(8, thread_name_prefix="toss-notifications")
+        self.notices: list = []
+        self.notified_first = False
+
+    def _confirm_hook(self, key: str, when: str) -> str:
+        """Around each confirm Toss receives (testsupport/toss.py), in its thread."""
+        order = self.toss.payments.get(key, {}).get("orderId")
+        end = self.hold_ends.get(order or "")
+        if when == "before":
+            with self.lock:
+                self.confirms += 1
+                fault = None
+                for i, (at, kind) in enumerate(self.confirm_faults):
+                    usable = end is not None and time.time() < end - 0.1
+                    if at <= self.confirms and (usable or not kind.startswith("hold")):
+                        fault = self.confirm_faults.pop(i)[1]
+                        break
+                if fault:
+                    self.confirm_acting[key] = fault
+            if fault == "hold ended before its charge":
+                # Toss takes the money only once the hold has ended and the sweep has run:
+                # the sweep finds it not taken and releases the seats; the charge, taken
+                # too late, is refunded.
+                time.sleep(end - time.time() + 1.5)
+                self.faults[fault] += 1
+            elif fault == "hold given up while its payment was in flight":
+                # Two tabs: the buyer gives the hold up in one while paying in the other.
+                # The release wins; the charge, taken in time but for seats given back,
+                # is refunded.
+                token = self.tokens[order]
+                self.cancels_asked.add((token, order))
+                for _ in range(4):
+                    answer = self._call(
+                        "cancel",
+                        token,
+                        "DELETE",
+                        f"/api/booking/{order}",
+                        asked=order,
+                        params={"token": token},
+                    )
+                    if answer.code not in TRANSIENT:
+                        break
+                    time.sleep(0.1)
+                if answer.code == "RELEASED":
+                    self.faults[fault] += 1
+                else:  # a cut failed it: the next confirm tries again
+                    with self.lock:
+                        self.confirm_faults.insert(0, (0, fault))
+            return ""
+        fault = self.confirm_acting.pop(key, None)
+        if fault == "toss answer lost":
+            self.faults[fault] += 1
+            return "lose"
+        if fault == "killed after the charge":
+            killed = 0
+            for pid in self._workers():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                    killed += 1
+                except ProcessLookupError:
+                    pass
+            self.faults[fault] += bool(killed)
+            return "lose"
+        if fault == "hold ended with its answer in flight":
+            # Taken in time, answered after the hold's end, once the sweep has run: the
+            # sweep confirms it from Toss' record, or the answer does; never both.
+            if time.time() < end:
+                self.faults[fault] += 1
+            time.sleep(max(0.0, end - time.time()) + 1.5)
+        return ""
+
+    def _notify(self, payment: dict) -> None:
+        """Toss' PAYMENT_STATUS_CHANGED for a change of a payment: sent after a while,
+        sometimes twice; the first one is sent twice and then followed by a stale one
+        (the status it had before), out of order."""
+        rng = random.Random(f"{self.seed} {payment['paymentKey']} {payment['status']}")
+        notice = {
+            "eventType": "PAYMENT_STATUS_CHANGED",
+            "data": {"paymentKey": payment["paymentKey"], "status": payment["status"]},
+        }
+        stale = {**notice, "data": {**notice["data"], "status": "READY"}}
+        with self.lock:
+            first, self.notified_first = not self.notified_first, True
+        if first:
+            sends = [(notice, None), (notice, "notification repeated"), (stale, "notification out of order")]
+        else:
+            sends = [(notice, None)] * (2 if rng.random() < 0.2 else 1)
+        self.notices.append(self.notifier.submit(self._deliver, sends, rng.uniform(0.0, 1.0)))
+
+    def _deliver(self, sends: list[tuple[dict, str | None]], delay: float) -> None:
+        """Each notification in turn, sent again until the app answers 200 (as Toss
+        does, for a while)."""
+        time.sleep(delay)
+        for notice, fault in sends:
+            for _ in range(40):
+                try:
+                    if (
+                        requests.post(
+                            f"{self.base}/payments/toss/webhook", json=notice, timeout=30
+                        ).status_code
+                        == 200
+                    ):
+                        if fault:
+                            self.faults[fault] += 1
+                        break
+                except requests.RequestException:
+                    pass
+                time.sleep(0.5)
+
+    def _toss_down(self) -> None:
+        """Toss down for a second at least, and until it has refused a call."""
+        refused = self.toss.refused
+        self.toss.knobs.down = True
+        deadline = time.monotonic() + 10
+        time.sleep(1.0)
+        while self.toss.refused == refused and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.toss.knobs.down = False
+        self.faults["toss down"] += self.toss.refused > refused
+
+    def _settle_checkouts(self) -> None:
+        """After the load: Toss' notifications delivered, every hold ended (paid or
+        released) and every refund owed made, by the sweeps the beat runs."""
+        self.notifier.shutdown(wait=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            checkout.holds_expire()
+            checkout.refunds_retry()
+            rows = Reservation.objects.filter(event_id=self.event_id)
+            owed = rows.filter(status__in=("RELEASED", "CANCELLED"), refunded_at=None).exclude(
+                payment_id=None
+            )
+            if not rows.filter(status="HELD").exists() and not owed.exists():
+                return
+            time.sleep(0.5)
+        self.log.append("holds or refunds still open a minute after the load")
 
     # --- the run -----------------------------------------------------------------------
 
@@ -489,9 +773,16 @@ class Run:
         caches = {"default": {**settings.CACHES["default"], "LOCATION": self.redis.url}}
         try:
             with override_settings(CACHES=caches, REDIS_CLUSTER=False, BOOKING_RECONCILE_GRACE_SEC=GRACE_SEC):
-                self._execute()
+                if self.checkout:
+                    self._start_toss(random.Random(self.seed + 3))
+                    with override_settings(**self._toss_settings()):
+                        self._execute()
+                else:
+                    self._execute()
         finally:
             self.redis.stop()
+            if self.toss:
+                self.toss.stop()
 
     def _proxy(self, protocol: str) -> FaultProxy:
         if protocol == "postgres":
@@ -517,6 +808,8 @@ class Run:
                 admit_per_second=self.buyers,
                 active_window_seconds=600,
                 max_seats_per_booking=3,
+                **({"price": PRICE, "currency": "KRW", "hold_seconds": HOLD_SEC} if self.checkout else {}),
+                late_confirmation=self.late,
             )
             events.event_publish(event)
             tokens = [queue.queue_join(event_id=self.event_id).token for _ in range(self.buyers)]
@@ -540,9 +833,11 @@ class Run:
                 with ThreadPoolExecutor(self.buyers) as pool:
                     list(pool.map(self._buyer, range(self.buyers), tokens))
             finally:
+                monkey.join()  # a fault that could not be made fails the run here, naming it
+                if self.checkout:
+                    self._settle_checkouts()
                 stop.set()
                 beat.join()
-                monkey.join()  # a fault that could not be made fails the run here, naming it
             for warm in self.warm:
                 if warm.started:
                     code = warm.wait()
@@ -573,9 +868,21 @@ class Run:
                     )
             if not final.consistent:
                 problems.append(f"a further reconcile did not find everything consistent: {final.lines()}")
-            taken = self._sold(Reservation.Status.CONFIRMED, Reservation.Status.CANCELLED)
-            if taken < MIN_SOLD:
-                problems.append(f"only {taken} seats sold (kept, or cancelled since); {MIN_SOLD} at least")
+            if self.checkout:
+                rows = Reservation.objects.filter(event_id=self.event_id)
+                paid = rows.exclude(paid_at=None).aggregate(n=Sum("seat_count"))["n"] or 0
+                released = rows.exclude(released_at=None).count()
+                if paid < MIN_PAID or released < MIN_RELEASED:
+                    problems.append(
+                        f"only {paid} seats paid for ({MIN_PAID} at least) and {released} holds"
+                        f" released ({MIN_RELEASED} at least)"
+                    )
+            else:
+                taken = self._sold(Reservation.Status.CONFIRMED, Reservation.Status.CANCELLED)
+                if taken < MIN_SOLD:
+                    problems.append(
+                        f"only {taken} seats sold (kept, or cancelled since); {MIN_SOLD} at least"
+                    )
             assert not problems, self._report("after reconcile", problems)
             self.result = "passed"
         finally:
@@ -662,48 +969,51 @@ class Run:
     def check(self, *, after_reconcile: bool) -> list[str]:
         problems: list[str] = []
         rows = {
-            str(rid): Row(str(token), seats, status)
-            for rid, token, seats, status in Reservation.objects.filter(event_id=self.event_id).values_list(
-                "reservation_id", "token", "seat_count", "status"
-            )
+            str(rid): Row(str(token), seats, status, payment)
+            for rid, token, seats, status, payment in Reservation.objects.filter(
+                event_id=self.event_id
+            ).values_list("reservation_id", "token", "seat_count", "status", "payment_id")
         }
-        sold = sum(row.seats for row in rows.values() if row.status == "CONFIRMED")
+        # Seats taken: confirmed, or held by a buyer paying.
+        sold = sum(row.seats for row in rows.values() if row.status in TAKEN)
         ledger = Event.objects.values_list("seats_sold", flat=True).get(event_id=self.event_id)
         if sold > self.seats:
-            problems.append(f"OVERSOLD: {sold} confirmed seats of {self.seats}")
+            problems.append(f"OVERSOLD: {sold} confirmed or held seats of {self.seats}")
         if ledger != sold:
             problems.append(f"the seat ledger says {ledger}, the rows {sold}")
-        confirmed = collections.Counter(row.token for row in rows.values() if row.status == "CONFIRMED")
+        confirmed = collections.Counter(row.token for row in rows.values() if row.status in TAKEN)
         doubles = [token for token, n in confirmed.items() if n > 1]
         if doubles:
-            problems.append(f"tokens with two confirmed reservations: {doubles}")
+            problems.append(f"tokens with two confirmed or held reservations: {doubles}")
         problems += self._check_rows(rows)
         problems += self._check_answers(rows, after_reconcile=after_reconcile)
+        if self.checkout:
+            problems += self._check_payments()
 
         k = store.EventKeys(self.event_id)
         client = self.redis.client()
         left = int(client.get(k.seats) or 0)
         entries = client.xrange(k.outbox)
-        durable = {rid for rid, row in rows.items() if row.status in ("CONFIRMED", "CANCELLED")}
+        durable = {rid for rid, row in rows.items() if row.status != "VOID"}
         pending = sum(int(f[b"seats"]) for _, f in entries if f[b"reservationId"].decode() not in durable)
         returned = {rid.decode() for rid in client.hkeys(k.returned)}
         unreturned = sum(
-            row.seats for rid, row in rows.items() if row.status == "CANCELLED" and rid not in returned
+            row.seats for rid, row in rows.items() if row.status in GIVEN_BACK and rid not in returned
         )
         if after_reconcile or not self.redis_lost_data:
             if left + sold + pending + unreturned != self.seats:
                 problems.append(
-                    f"Redis {left} left + {sold} confirmed + {pending} pending + {unreturned} being"
+                    f"Redis {left} left + {sold} confirmed or held + {pending} pending + {unreturned} being"
                     f" returned != {self.seats}"
                 )
         if after_reconcile:
             if entries:
                 problems.append(f"{len(entries)} entries left in the outbox")
             if unreturned:
-                problems.append(f"{unreturned} cancelled seats never returned")
+                problems.append(f"{unreturned} cancelled or released seats never returned")
             for rid, row in rows.items():
-                mark = client.get(k.booked(row.token)) if row.status == "CONFIRMED" else None
-                if row.status == "CONFIRMED" and (mark is None or mark.decode() != rid):
+                mark = client.get(k.booked(row.token)) if row.status in TAKEN else None
+                if row.status in TAKEN and (mark is None or mark.decode() != rid):
                     problems.append(f"token {row.token} holds {rid} but its booking mark is {mark}")
         return problems
 
@@ -723,7 +1033,7 @@ class Run:
                 problems.append(f"row {rid} has {row.seats} seats, its buyer asked {self.asked[row.token]}")
             if row.status == "CANCELLED" and (row.token, rid) not in self.cancels_asked:
                 problems.append(f"row {rid} is CANCELLED, but its buyer never asked to cancel it")
-            if row.status in ("CONFIRMED", "CANCELLED") and (row.token, rid) not in named:
+            if row.status != "VOID" and (row.token, rid) not in named:
                 if row.token not in unknown:
                     problems.append(f"row {rid} is {row.status}, but its buyer was never told of it: {row}")
         return problems
@@ -756,15 +1066,26 @@ class Run:
             mark = client.get(k.booked(a.token))
             return self.redis_lost_data and not (mark and mark.decode() == a.reservation_id)
 
-        for a in self.answers:
+        ended = self.cancels_asked
+        for n, a in enumerate(self.answers):
             rid = a.reservation_id
             row = rows.get(rid or "")
-            kept = ("CONFIRMED", "CANCELLED") if (a.token, rid) in self.cancels_asked else ("CONFIRMED",)
+            kept = ("CONFIRMED", "CANCELLED") if (a.token, rid) in ended else ("CONFIRMED",)
+            if self.checkout:  # a hold: paid, or released (and refunded if paid too late)
+                kept = (
+                    "CONFIRMED",
+                    "RELEASED",
+                    "REFUNDED",
+                    *(("CANCELLED",) if (a.token, rid) in ended else ()),
+                )
             wrong = None
             if a.what == "book":
                 if a.code == "CONFIRMED":
                     if not is_row(a, rid, *kept) or a.seats != self.asked[a.token]:
                         wrong = "its row is missing, another's, or not confirmed"
+                elif a.code == "HELD":
+                    if not is_row(a, rid, *REACHABLE["HELD"]) or a.seats != self.asked[a.token]:
+                        wrong = "its row is missing, another's, or never held"
                 elif a.code in ("ALREADY_BOOKED", "BOOKING_PENDING"):
                     # The token's confirmed row, or a booking of it that waited in the outbox
                     # for reconcile (ALREADY_BOOKED: the retry of a request whose Redis step
@@ -781,6 +1102,10 @@ class Run:
                     # only come from an earlier request whose answer never came, and only
                     # when Redis lost the mark: a token with a mark is answered ALREADY_BOOKED.
                     held = [x for x, row in rows.items() if row.token == a.token and row.status != "VOID"]
+                    # With checkout, seats came back and the buyer tried again: a later
+                    # answer may name a hold of the token.
+                    later = {b.reservation_id for b in self.answers[n + 1 :] if b.token == a.token}
+                    held = [x for x in held if x not in later]
                     if held and not (a.token in unknown and self.redis_lost_data):
                         wrong = f"the token holds {held}"
                 elif a.code == "BOOKING_NOT_SAVED":
@@ -792,15 +1117,71 @@ class Run:
                     wrong = "not an answer this run can give"
                 if a.code in UNKNOWN:
                     unknown.add(a.token)
-            elif a.code in ("CANCELLED", "ALREADY_CANCELLED"):
-                if rid != a.asked_id or not is_row(a, rid, "CANCELLED"):
-                    wrong = "its id is not a CANCELLED row of this token"
-                elif a.code == "CANCELLED" and a.seats != self.asked[a.token]:
+            elif a.what == "pay":
+                # What the buyer read after paying: the row went on from there, and a
+                # booking confirmed by the buyer's payment holds that payment.
+                reach = REACHABLE.get(a.code, set())
+                if a.code == "RELEASED" and self.late:
+                    reach = {*reach, "CONFIRMED", "CANCELLED"}  # paid late, its seats still free
+                if a.code == "CONFIRMED" and (a.token, rid) not in ended:
+                    reach = {"CONFIRMED"}  # kept: only its buyer cancels it
+                if a.code not in REACHABLE:
+                    wrong = "not an answer this run can give"
+                elif not is_row(a, rid, *reach):
+                    wrong = f"its row is not one of {sorted(reach)}"
+                elif a.code == "CONFIRMED" and rows[rid].payment_id != a.payment_key:
+                    wrong = f"its row holds payment {rows[rid].payment_id}"
+            elif a.code in ("CANCELLED", "RELEASED", "REFUNDED", "ALREADY_CANCELLED"):
+                statuses = REACHABLE.get(a.code, GIVEN_BACK)
+                if a.code in ("RELEASED", "ALREADY_CANCELLED") and self.late:
+                    statuses = {*statuses, "CONFIRMED"}  # a hold whose payment, in flight, came late
+                if rid != a.asked_id or not is_row(a, rid, *statuses):
+                    wrong = f"its id is not a row of this token in {sorted(statuses)}"
+                elif a.code != "ALREADY_CANCELLED" and a.seats != self.asked[a.token]:
                     wrong = "it names other seats"
             elif a.code not in ("DATABASE_UNAVAILABLE", "NO_ANSWER"):
                 wrong = "not an answer this run can give"
             if wrong:
                 problems.append(f"answered {a.what} {a.code} but {wrong}: {a}, row {row}")
+        return problems
+
+    def _check_payments(self) -> list[str]:
+        """Money follows seats (docs/reliability.md, invariant 4): every payment Toss
+        took is its order's confirmed booking, or given back in full and the booking
+        REFUNDED; no payment is two bookings'; a booking refunded after it was
+        confirmed was cancelled by its buyer; no hold is left and no refund owed."""
+        problems = []
+        rows = {str(r.reservation_id): r for r in Reservation.objects.filter(event_id=self.event_id)}
+        by_payment = collections.Counter(r.payment_id for r in rows.values() if r.payment_id)
+        problems += [f"payment {key} is on {n} bookings" for key, n in by_payment.items() if n > 1]
+        for key, payment in sorted(self.toss.payments.items()):
+            row = rows.get(payment["orderId"])
+            if payment["status"] in ("READY", "ABORTED"):
+                if row is not None and row.payment_id == key:
+                    problems.append(f"booking {row.reservation_id} holds payment {key}, which took nothing")
+                continue
+            if row is None or row.payment_id != key:
+                problems.append(
+                    f"payment {key} ({payment['status']}) is not its order's: {row and row.payment_id}"
+                )
+            elif payment["status"] == "DONE" and row.status != "CONFIRMED":
+                problems.append(f"payment {key} kept, its booking {row.reservation_id} is {row.status}")
+            elif payment["status"] != "DONE" and (row.status != "REFUNDED" or payment["balanceAmount"]):
+                problems.append(
+                    f"payment {key} {payment['status']} with {payment['balanceAmount']} kept,"
+                    f" its booking {row.reservation_id} {row.status}"
+                )
+            elif row is not None and payment["totalAmount"] != row.amount:
+                problems.append(
+                    f"payment {key} took {payment['totalAmount']}, its booking costs {row.amount}"
+                )
+        for rid, row in rows.items():
+            if row.status == "HELD":
+                problems.append(f"hold {rid} never ended (due {row.hold_expires_at})")
+            if row.status == "CONFIRMED" and not row.payment_id:
+                problems.append(f"booking {rid} confirmed without a payment")
+            if row.status == "REFUNDED" and row.paid_at and (str(row.token), rid) not in self.cancels_asked:
+                problems.append(f"booking {rid} was paid, then refunded, but its buyer never cancelled it")
         return problems
 
     def summary(self) -> str:
@@ -811,9 +1192,15 @@ class Run:
         exits = {kind: n for kind, n in sorted(self.faults.items()) if "exit" in kind}
         plan = ", ".join(f"{what} {at:.1f}" for at, what in self.plan if what != "reconcile")
         self.sold = self._sold()
+        money = ""
+        if self.checkout:
+            rows = Reservation.objects.filter(event_id=self.event_id)
+            paid, refunded = rows.exclude(paid_at=None).count(), rows.filter(status="REFUNDED").count()
+            late = rows.exclude(paid_at=None).exclude(released_at=None).count()
+            money = f"; {paid} paid ({late} after their hold was released), {refunded} refunded"
         return (
             f"chaos seed={self.seed} scenario={self.scenario}: {self.result}; {self.buyers} buyers,"
-            f" {self.seats} seats, {self.sold} sold; answers {codes}"
+            f" {self.seats} seats, {self.sold} sold{money}; answers {codes}"
             + (f"; {self.joined_again} joined the line again" if self.joined_again else "")
             + f"; faults {faults}"
             + (f"; {exits}" if exits else "")

@@ -3,25 +3,32 @@ or RELEASED, each exactly once (booking_app/checkout.py), through the built-in t
 provider, whose charges live in Redis as a provider keeps them on its side."""
 
 import datetime
-import json
 import subprocess
 import sys
 import threading
 import uuid
-from urllib.parse import urlsplit
 
 import pytest
 from django.conf import settings
 from django.db import connection
-from django.db.models import Sum
 from django.test import Client
 from django.utils import timezone
 
 from booking_app import checkout, mail, payments, reconcile
-from booking_app.models import TAKEN, Reservation
+from booking_app.models import Reservation
 from queue_app.models import Event
 from testsupport import CheckedThread
-from testsupport.booking import book, seats_left
+from testsupport.booking import (
+    assert_seats_add_up,
+    book,
+    charge_of,
+    checkout_path,
+    hold,
+    ledger,
+    pay,
+    row,
+    seats_left,
+)
 from testsupport.metrics import scrape, value
 from testsupport.servers import database_url_of_tests
 from ticketing import store
@@ -29,62 +36,11 @@ from ticketing import store
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def priced(make_event):
-    def make(**fields):
-        fields = {"total_seats": 10, "price": 55_000, "currency": "KRW", "hold_seconds": 600, **fields}
-        return make_event(**fields)
-
-    return make
-
-
-def hold(api, event, token: str, seats: int = 2) -> dict:
-    status, body = book(
-        api, token, event.event_id, seats, buyerName="Kim Minji", buyerEmail="minji@example.com"
-    )
-    assert status == 200, body
-    assert body["data"]["status"] == "HELD", body
-    return body["data"]
-
-
-def checkout_path(data: dict) -> str:
-    return urlsplit(data["checkoutUrl"]).path
-
-
-def pay(path: str, outcome: str = "pay"):
-    """The buyer's browser on the checkout page: the page, then its form (CSRF on)."""
-    browser = Client(enforce_csrf_checks=True)
-    page = browser.get(path)
-    assert page.status_code == 200, page.status_code
-    return browser.post(path, {"outcome": outcome, "csrfmiddlewaretoken": page.cookies["csrftoken"].value})
-
-
 def linked(path: str, tail: str = "/") -> uuid.UUID | None:
     """The reservation a /bookings/<signed>/ link names (the signature carries a
     time, so two links to one booking made in different seconds differ)."""
     assert path.startswith("/bookings/") and path.endswith(tail), path
     return mail.reservation_id_of(path.removeprefix("/bookings/").removesuffix(tail))
-
-
-def row(rid: str | uuid.UUID) -> Reservation:
-    return Reservation.objects.get(reservation_id=rid)
-
-
-def ledger(event: Event) -> int:
-    return Event.objects.values_list("seats_sold", flat=True).get(pk=event.pk)
-
-
-def charge_of(rid) -> dict | None:
-    raw = store.client().get(store.test_payment_key(str(rid)))
-    return None if raw is None else json.loads(raw)
-
-
-def assert_seats_add_up(event: Event) -> None:
-    """Redis' seats left plus the taken rows' seats are the total; the ledger counts
-    exactly the taken rows."""
-    taken = Reservation.objects.filter(event=event, status__in=TAKEN).aggregate(n=Sum("seat_count"))["n"] or 0
-    assert ledger(event) == taken
-    assert seats_left(event.event_id) + taken == event.total_seats
 
 
 def test_a_free_event_books_as_today(api, make_event, active_tokens):
@@ -215,6 +171,24 @@ def test_holds_run_out_are_released_by_the_sweep_and_only_those(api, priced, act
     assert_seats_add_up(event)
 
 
+def test_reconcile_ends_the_holds_that_ran_out_while_nothing_ran(api, priced, active_tokens):
+    """The beat away: its sweep never ran. The event's next reconcile ends the holds
+    whose time ran out (and only those), and its sums count them given back."""
+    event = priced()
+    tokens = active_tokens(event, 2)
+    held = [hold(api, event, t, 2) for t in tokens]
+    Reservation.objects.filter(reservation_id=held[0]["reservationId"]).update(
+        hold_expires_at=timezone.now() - datetime.timedelta(seconds=5)
+    )
+    report = reconcile.booking_reconcile(event.event_id)
+    assert report.holds_ended == 1 and "  ended 1 hold(s) whose time had run out" in report.lines()
+    assert report.consistent, report.lines()
+    assert [row(h["reservationId"]).status for h in held] == ["RELEASED", "HELD"]
+    assert seats_left(event.event_id) == 8 and report.seats_left == 8
+    assert_seats_add_up(event)
+    assert reconcile.booking_reconcile(event.event_id).holds_ended == 0
+
+
 def test_a_payment_that_ends_after_its_hold_is_refunded_never_confirmed(api, priced, active_tokens, settings):
     event = priced()
     [token] = active_tokens(event, 1)
@@ -263,7 +237,7 @@ def test_a_process_killed_between_the_charge_and_its_commit_is_confirmed_by_the_
             "-c",
             "import os, uuid, django; django.setup()\n"
             "from booking_app import checkout\n"
-            "checkout.settle_charge = lambda row, charge: os._exit(9)  # dies right after the charge\n"
+            "checkout.settle_charge = lambda *args, **kwargs: os._exit(9)  # dies right after the charge\n"
             f"rid = uuid.UUID({data['reservationId']!r})\n"
             "checkout.hold_pay(reservation_id=rid, reply={'outcome': 'pay'})\n",
         ],
@@ -509,6 +483,25 @@ def test_polls_say_how_many_seats_are_held_and_may_come_back(lanes_api, api, pri
     checkout.holds_note()
     answer = lanes_api.poll(waiting, event.event_id)[1]["data"]
     assert (answer["remainingSeats"], answer["seatsOnHold"], answer["soldOut"]) == (2, 0, False)
+
+
+def test_a_booked_poll_says_held_until_paid_then_confirmed(lanes_api, api, priced, active_tokens):
+    event = priced()
+    buyer, decliner = active_tokens(event, 2)
+    data = hold(api, event, buyer)
+    answer = lanes_api.poll(buyer, event.event_id)[1]["data"]
+    assert (answer["status"], answer["reservationId"], answer["reservationStatus"]) == (
+        "BOOKED",
+        data["reservationId"],
+        "HELD",
+    )
+    assert pay(checkout_path(data)).status_code == 302
+    answer = lanes_api.poll(buyer, event.event_id)[1]["data"]
+    assert (answer["status"], answer["reservationStatus"]) == ("BOOKED", "CONFIRMED")
+    # Released unpaid: the token's mark is gone, so the poll no longer says BOOKED.
+    pay(checkout_path(hold(api, event, decliner)), "decline")
+    answer = lanes_api.poll(decliner, event.event_id)[1]["data"]
+    assert answer["status"] != "BOOKED" and answer["reservationStatus"] is None
 
 
 def test_a_purged_event_gets_no_note_written_back(make_event):

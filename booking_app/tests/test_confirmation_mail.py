@@ -24,19 +24,9 @@ from queue_app.tests.test_beat import Stack, _purge_broker
 from testsupport.booking import seats_left
 from testsupport.mail import Mailbox
 from testsupport.servers import collect_static, server_env, start_gunicorn, stop_gunicorn
-from ticketing.celery import app as celery_app
 from ticketing.servers import free_port
 
 LINK = re.compile(r"https?://\S+/bookings/\S+/")
-
-
-@pytest.fixture
-def eager():
-    """Tasks run where they are queued, as a worker would run them (the server test
-    below runs a real worker)."""
-    celery_app.conf.task_always_eager = True
-    yield
-    celery_app.conf.task_always_eager = False
 
 
 def _book(api, event, active_tokens, **headers) -> uuid.UUID:

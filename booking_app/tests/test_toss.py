@@ -13,21 +13,8 @@ from django.utils import timezone
 from booking_app import checkout
 from booking_app.models import Reservation
 from testsupport.booking import book, seats_left
-from testsupport.toss import TossStandIn
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def toss(settings):
-    standin = TossStandIn().start()
-    settings.PAYMENTS_PROVIDER = "toss"
-    settings.TOSS_SECRET_KEY = standin.secret
-    settings.TOSS_CLIENT_KEY = "test_ck_standin"
-    settings.TOSS_API_URL = standin.url
-    settings.PAYMENTS_TIMEOUT_SEC = 1
-    yield standin
-    standin.stop()
 
 
 @pytest.fixture

@@ -169,6 +169,7 @@ def _change_event(operator, event, **changes):
         "price",
         "currency",
         "hold_seconds",
+        "refund_percent",
     )
     data = {f: getattr(event, f) for f in fields} | changes
     if not data.pop("require_account", event.require_account):

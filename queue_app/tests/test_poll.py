@@ -1,13 +1,17 @@
 import statistics
 import threading
+import time
 import uuid
 
 import pytest
 import redis as redis_lib
+import requests
 
-from queue_app import cadence, events, line
+from queue_app import cadence, events, line, services
 from queue_app.tests.test_admission import admit
+from testsupport.booking import book
 from testsupport.line import unknown_token
+from testsupport.servers import server_env, start_gunicorn, stop_gunicorn
 from ticketing import metrics, store
 
 POLL_FIELDS = {
@@ -35,6 +39,7 @@ def test_poll_while_waiting(api, make_event):
     assert data["activeExpiresAt"] is None
     assert 800 <= data["nextPollMs"] <= 1200
     assert data["soldOut"] is False
+    assert data["reservationStatus"] is None
 
 
 def test_poll_unknown_token_is_not_found(api, event):
@@ -53,8 +58,50 @@ def test_poll_booked_token_shows_its_reservation(api, event, rc):
     data = api.poll(token, event.event_id)[1]["data"]
     assert data["status"] == "BOOKED"
     assert data["reservationId"] == "res-42"
+    assert data["reservationStatus"] is None  # no reservation has that id
     assert data["nextPollMs"] == 0
     assert data["rank"] is None
+
+
+@pytest.mark.django_db(transaction=True)  # the fast lane reads Postgres on a thread of its own
+def test_poll_of_a_free_events_booking_says_it_is_confirmed(api, event):
+    token = api.token(event.event_id)
+    admit(event.event_id)
+    assert api.poll(token, event.event_id)[1]["data"]["reservationStatus"] is None  # ACTIVE
+    status, body = book(api, token, event.event_id, 2)
+    assert status == 200, body
+    data = api.poll(token, event.event_id)[1]["data"]
+    assert (data["status"], data["reservationId"]) == ("BOOKED", body["data"]["reservationId"])
+    assert data["reservationStatus"] == "CONFIRMED"
+
+
+def test_with_postgres_away_a_booked_poll_answers_without_the_status(event, rc, tmp_path):
+    """Redis knows the booking; Postgres cannot be asked its status. The poll answers
+    at once on the fast lane (it waits a second at most), and on Django's lane behind
+    it (JSON with an indent is Django's to write) once the database gives up; both
+    log why the status is missing."""
+    token = services.queue_join(event_id=event.event_id).token
+    admit(event.event_id)
+    rid = str(uuid.uuid4())
+    rc.set(store.EventKeys(event.event_id).booked(token), rid)
+    log = tmp_path / "server.log"
+    with log.open("wb") as stderr:
+        env = server_env(DATABASE_URL="postgres://postgres@127.0.0.1:1/nowhere")
+        base, proc = start_gunicorn(env, stderr=stderr)
+    try:
+        url = f"{base}/api/status/poll?token={token}&eventId={event.event_id}"
+        for accept, within in (("application/json", 3), ("application/json; indent=2", 30)):
+            started = time.monotonic()
+            response = requests.get(url, headers={"Accept": accept}, timeout=60)
+            assert response.status_code == 200, response.text
+            assert time.monotonic() - started < within
+            data = response.json()["data"]
+            assert (data["status"], data["reservationId"], data["reservationStatus"]) == ("BOOKED", rid, None)
+        assert response.text.startswith('{\n  "success"')  # (Django's lane wrote it)
+    finally:
+        stop_gunicorn(proc)
+    said = [entry for entry in log.read_text().splitlines() if f"reservation {rid}" in entry]
+    assert len(said) >= 2 and all("WARNING queue_app.services" in entry for entry in said), said
 
 
 def test_poll_closed_event_answers_expired(api, event):
@@ -159,7 +206,8 @@ def test_polls_of_waiting_people_send_redis_nothing(
 ):
     """Within one refresh of the process's copy of the line (queue_app/line.py), a
     thousand polls of waiting people send Redis no command and Postgres no query;
-    the refresh itself is one round trip, and so is the poll of an admitted person."""
+    the refresh itself is one round trip, and so is the poll of an admitted person
+    (and no query)."""
     settings.QUEUE_LINE_REFRESH_MS = 60_000
     redis_url = _server_of(redis_url, event.event_id)
     waiting = [api.token(event.event_id) for _ in range(5)]
@@ -181,5 +229,6 @@ def test_polls_of_waiting_people_send_redis_nothing(
     admit(event.event_id)
     line.forget()  # (or wait for the refresh)
     api.poll(waiting[0], event.event_id)
-    commands = _polls_commands(redis_url, lambda: api.poll(waiting[0], event.event_id))
+    with django_assert_num_queries(0):  # only a BOOKED poll asks Postgres (its reservation's status)
+        commands = _polls_commands(redis_url, lambda: api.poll(waiting[0], event.event_id))
     assert commands == ["EVALSHA"], commands  # lua/poll.lua

@@ -49,6 +49,7 @@ def _start(**env) -> subprocess.CompletedProcess:
         ("DRAW_SIGNING_KEY", "not base64!"),
         ("DRAW_SIGNING_KEY", base64.b64encode(bytes(31)).decode()),
         ("DRAW_SIGNING_KEY", "-----BEGIN PRIVATE KEY-----\\nAAAA\\n-----END PRIVATE KEY-----"),
+        ("SITE_URL", "tickets.example.com"),
     ],
 )
 def test_a_bad_value_stops_start_up_naming_the_variable(name, value):
@@ -209,3 +210,29 @@ def test_toss_payments_need_both_keys():
     assert refused.returncode != 0 and "needs TOSS_SECRET_KEY and TOSS_CLIENT_KEY" in refused.stderr
     both = _payments(PAYMENTS_PROVIDER="toss", TOSS_SECRET_KEY="test_sk_x", TOSS_CLIENT_KEY="test_ck_x")
     assert both.returncode == 0 and both.stdout.strip() == "'toss'", both.stderr
+
+
+def test_the_site_url_is_make_runs_under_debug_and_none_otherwise():
+    shown = "import django; django.setup(); from django.conf import settings as s; print(repr(s.SITE_URL))"
+    clean = {k: v for k, v in os.environ.items() if k not in ("SITE_URL", "DEBUG")}
+
+    def site(**env: str) -> str:
+        found = subprocess.run(
+            [sys.executable, "-c", shown],
+            cwd=BASE,
+            env={
+                **clean,
+                "DJANGO_SETTINGS_MODULE": "ticketing.settings",
+                "PAYMENTS_ALLOW_TEST": "true",
+                **env,
+            },
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert found.returncode == 0, found.stderr
+        return found.stdout.strip()
+
+    assert site(DEBUG="true") == "'http://127.0.0.1:8000'"
+    assert site(DEBUG="false") == "''"
+    assert site(DEBUG="false", SITE_URL="https://tickets.example.com/") == "'https://tickets.example.com'"

@@ -137,6 +137,31 @@ MUTANTS = [
         first=("booking_app/tests/test_cancel.py", "booking_app/tests/test_faults.py"),
     ),
     Mutant(
+        name="retake-returned",
+        breaks="a late confirmation takes its seats back but leaves them in the `returned` hash",
+        path="lua/retake.lua",
+        original="  redis.call('HDEL', returned, reservation)\n",
+        replacement="",
+        # Its cancellation then returns nothing, and reconcile's recount must heal.
+        first=("booking_app/tests/test_late_confirmation.py",),
+    ),
+    Mutant(
+        name="give-back-confirmed",
+        breaks="a give-back read while the row was released returns seats a late payment has since confirmed",
+        path="booking_app/services.py",
+        original="pk=reservation.pk, status__in=GIVEN_BACK",
+        replacement="pk=reservation.pk",
+        first=("booking_app/tests/test_late_confirmation.py",),
+    ),
+    Mutant(
+        name="refund-in-full",
+        breaks="a refund gives back the whole payment, not the share its cancellation decided",
+        path="booking_app/checkout.py",
+        original="else min(row.refunded_amount, charge.amount)",
+        replacement="else charge.amount",
+        first=("booking_app/tests/test_refunds.py",),
+    ),
+    Mutant(
         name="purge-unlocked",
         breaks="a purge wipes the event without holding its row: a reopen meanwhile is wiped",
         path="booking_app/retention.py",

@@ -507,6 +507,8 @@ def test_poll_answers_the_same_on_both_lanes(lanes, event, snapshot, situation, 
     varying = frozenset({"nextPollMs"} if status in {"WAITING", "ACTIVE"} else ())
     answered, body = on_both_lanes(lanes, lambda: call, varying=varying)
     assert (answered, body["data"]["status"]) == (200, status)
+    # A free event's booking is confirmed at once; no other status has a booking's.
+    assert body["data"]["reservationStatus"] == ("CONFIRMED" if status == "BOOKED" else None)
     assert snapshot(event.event_id) == before  # a poll reads: the same state for both
 
 

@@ -104,6 +104,7 @@ SCENARIO_SCRIPTS = {
     "release",
     "outbox_done",
     "cancel",
+    "retake",
     "seats_heal",
     "mark_restore",
     "note_not_saved",
@@ -146,7 +147,11 @@ def test_every_script_runs_on_each_redis_version(request, make_event, api, serve
         )
         assert status == 200, body  # reserve
         rid = body["data"]["reservationId"]
-        booking.booking_cancel(reservation_id=uuid.UUID(rid))  # cancel
+        cancelled = booking.booking_cancel(reservation_id=uuid.UUID(rid))  # cancel
+        assert api.poll(c, event.event_id)[1]["data"]["remainingSeats"] == 10
+        assert booking.seats_retake(cancelled) == "TAKEN"  # retake (as a late payment does)
+        assert api.poll(c, event.event_id)[1]["data"]["remainingSeats"] == 8
+        assert booking.return_seats(cancelled)  # and given back again
         assert api.poll(c, event.event_id)[1]["data"]["remainingSeats"] == 10
         checkout.holds_note()  # held_note
         assert api.poll(c, event.event_id)[1]["data"]["seatsOnHold"] == 0

@@ -357,6 +357,23 @@ def cancel(world: World) -> Any:
     return booking.give_back_cancelled(returned)
 
 
+def booking_released(make_event: Callable[..., Event]) -> World:
+    """The crowd, and a released hold of the other admitted person whose seat is back
+    on sale (in the `returned` hash): its late payment takes it back."""
+    world = crowd(make_event)
+    world.token = world.tokens[1]
+    rid = uuid.uuid4()
+    store.client().hset(world.keys.returned, str(rid), 1)
+    world.extra["released"] = Reservation(
+        event=world.event, reservation_id=rid, token=world.token.text, seat_count=1
+    )
+    return world
+
+
+def retake(world: World) -> Any:
+    return booking.seats_retake(world.extra["released"])
+
+
 def heal(world: World) -> Any:
     k = world.keys
     return store.run(reconcile._SEATS_HEAL.call(k, mark="ours", free=100, confirmed=[]))
@@ -424,6 +441,7 @@ CASES = [
     Case("release", drawn_stranded, release, keys=(1, 2, 3, 4, 5, 6, 7, 8, 9), counters=(2, 6)),
     Case("outbox_done", booking_stranded, outbox_done, keys=(1, 2)),
     Case("cancel", booking_stranded, cancel, keys=(1, 2, 3, 4, 5), counters=(1,)),
+    Case("retake", booking_released, retake, keys=(1, 2, 3, 4, 5), counters=(1,)),
     # A seats value that is not a number is simply replaced by the recount.
     Case("seats_heal", booking_recounting, heal, keys=(1, 2, 3, 4)),
     Case("mark_restore", booking_mark_lost, mark_restore, keys=(1, 2, 3)),

@@ -64,6 +64,18 @@ class Command(BaseCommand):
             "--hold", type=int, help="seconds a priced booking's seats are held while paid for"
         )
         parser.add_argument(
+            "--refund-percent",
+            type=int,
+            help="of a paid booking its buyer cancels, the share refunded (0-100, rounded down; 100 by "
+            "default); an operator's cancellation is refunded in full",
+        )
+        parser.add_argument(
+            "--late-confirmation",
+            action=argparse.BooleanOptionalAction,
+            help="a payment that arrives after its hold was released confirms the booking if its seats "
+            "are still free (off by default: it is refunded)",
+        )
+        parser.add_argument(
             "--hot-sale",
             action="store_true",
             help="proof of work, a cap per address and per buyer, where not given (docs/fairness.md)",
@@ -95,6 +107,7 @@ class Command(BaseCommand):
             "max_places_per_address",
             "max_seats_per_buyer",
             "price",
+            "refund_percent",
         ):
             if opts[name] is not None and opts[name] < (1 if name in ("ttl", "max_per_booking") else 0):
                 raise CommandError(f"--{name.replace('_', '-')} must not be {opts[name]}.")
@@ -121,6 +134,8 @@ class Command(BaseCommand):
             ("price", "price"),
             ("currency", "currency"),
             ("hold", "hold_seconds"),
+            ("refund_percent", "refund_percent"),
+            ("late_confirmation", "late_confirmation"),
         ):
             if opts[opt] is not None:
                 setattr(event, field, opts[opt])
@@ -154,7 +169,9 @@ class Command(BaseCommand):
             f"{event.admit_per_second}/s, window {event.active_window_seconds}s, "
             f"max active {event.max_active_users or 'no cap'}, status {event.status}"
             + (
-                f", {money.shown(event.price, event.currency)} a seat, held {event.hold_seconds}s"
+                f", {money.shown(event.price, event.currency)} a seat, held {event.hold_seconds}s, "
+                f"{event.refund_percent}% refunded to a buyer who cancels"
+                + (", late payments confirmed while seats are free" if event.late_confirmation else "")
                 if event.price
                 else ""
             )
