@@ -287,3 +287,57 @@ class Draw(models.Model):
     @property
     def commitment(self) -> str:
         return commitment(bytes(self.seed))
+
+
+class Section(models.Model):
+    """A part of an event's seat map (queue_app/seating.py): general admission, a
+    count of unnumbered places, or numbered seats in rows; each with its price. An
+    event without sections is one unnumbered section of `total_seats`, as before."""
+
+    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="sections")
+    code = models.CharField(_("section"), max_length=8, validators=[RegexValidator(r"\A[A-Za-z0-9]{1,8}\Z")])
+    name = models.CharField(_("name"), max_length=100)
+    price = models.PositiveIntegerField(_("price"), help_text=_("Per seat, in the currency's minor unit."))
+    places = models.PositiveIntegerField(_("places"), help_text=_("Seats in the section, numbered or not."))
+    numbered = models.BooleanField(_("numbered"), default=False)
+    position = models.PositiveSmallIntegerField(default=0, editable=False)  # the map's order
+    box = models.JSONField(null=True, blank=True, editable=False)  # where it is drawn, if given
+
+    class Meta:
+        verbose_name = _("section")
+        verbose_name_plural = _("sections")
+        ordering = ["event", "position"]
+        constraints = [models.UniqueConstraint(fields=["event", "code"], name="one_code_per_section")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.code})"
+
+
+class Seat(models.Model):
+    """A numbered seat: its id (SECTION-ROW-SEAT) is stable for the event's life, and
+    its index (its place in the section, from 0) is its bit in the section's state."""
+
+    section = models.ForeignKey(Section, on_delete=models.CASCADE, related_name="seats")
+    seat_id = models.CharField(_("seat"), max_length=26)
+    row = models.CharField(_("row"), max_length=8)
+    label = models.CharField(_("number"), max_length=8)
+    index = models.PositiveIntegerField(editable=False)
+    x = models.FloatField(editable=False)
+    y = models.FloatField(editable=False)
+    blocked = models.BooleanField(
+        _("blocked"),
+        default=False,
+        help_text=_("Kept off sale (for the press, accessibility, technical reasons)."),
+    )
+
+    class Meta:
+        verbose_name = _("seat")
+        verbose_name_plural = _("seats")
+        ordering = ["section", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["section", "seat_id"], name="one_seat_per_id"),
+            models.UniqueConstraint(fields=["section", "index"], name="one_seat_per_index"),
+        ]
+
+    def __str__(self) -> str:
+        return self.seat_id

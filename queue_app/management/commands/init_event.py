@@ -10,7 +10,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from queue_app import events
+from queue_app import events, seating
 from queue_app.models import Event
 from ticketing import money
 
@@ -37,6 +37,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("event_id")
         parser.add_argument("--seats", type=int, help="total seats")
+        parser.add_argument(
+            "--seat-map",
+            metavar="FILE",
+            help="sections and numbered seats, as docs/seat-map.schema.json describes (the total "
+            "seats follow from it); replaced whole, and only while no seat is held or sold",
+        )
         parser.add_argument("--batch", type=int, help="people admitted per second (0 admits nobody)")
         parser.add_argument("--ttl", type=int, help="active window in seconds")
         parser.add_argument("--max-active", type=int, help="most people active at once (0 = no cap)")
@@ -143,6 +149,16 @@ class Command(BaseCommand):
             event.opens_at = opts["opens_at"] or None
         if opts["hot_sale"]:
             event.apply_hot_sale()
+        seat_map = None
+        if opts["seat_map"]:
+            try:
+                seat_map = seating.seat_map_read(opts["seat_map"])
+                parsed = seating.seat_map_parse(seat_map, price=event.price)
+            except seating.SeatMapError as exc:
+                raise CommandError("; ".join(exc.args)) from None
+            event.total_seats = sum(section.places for section, _ in parsed)
+            if opts["seats"] is not None and opts["seats"] != event.total_seats:
+                raise CommandError(f"--seats {opts['seats']}: the seat map has {event.total_seats} seats.")
         try:
             event.full_clean()
         except ValidationError as exc:
@@ -152,9 +168,13 @@ class Command(BaseCommand):
         try:
             with transaction.atomic():
                 event.save()  # the database refuses a total below the seats sold
+                if seat_map is not None:
+                    seating.seat_map_apply(event, seat_map)
                 left = events.event_publish(event)
         except events.LineStarted as exc:
             raise CommandError(str(exc)) from None
+        except seating.SeatMapError as exc:
+            raise CommandError(f"{event_id}: {'; '.join(exc.args)}") from None
         except (IntegrityError, events.SeatsBelowSold):
             raise CommandError(f"{event_id}: {event.total_seats} seats is fewer than already sold.") from None
         if opts["reset"]:
@@ -175,6 +195,7 @@ class Command(BaseCommand):
                 if event.price
                 else ""
             )
+            + (f"; {event.sections.count()} sections" if event.sections.exists() else "")
             + f"; protections: {', '.join(event.protections()) or 'none'}"
             + (
                 f"; opens at {event.opens_at.isoformat()}, commitment {event.draw.commitment}."
