@@ -1066,6 +1066,11 @@ class Run:
             mark = client.get(k.booked(a.token))
             return self.redis_lost_data and not (mark and mark.decode() == a.reservation_id)
 
+        def ended_hold(a: Answer) -> bool:
+            """A hold of the token's that ended (released, refunded or cancelled): its
+            place has booked, so the token is no longer active."""
+            return any(row.token == a.token and row.status in GIVEN_BACK for row in rows.values())
+
         ended = self.cancels_asked
         for n, a in enumerate(self.answers):
             rid = a.reservation_id
@@ -1113,6 +1118,8 @@ class Run:
                         wrong = "its id is not a VOID row of this token"
                 elif a.code in LINE_LOST and lost_line:
                     pass
+                elif a.code == "NOT_ACTIVE" and a.token in unknown and ended_hold(a):
+                    pass  # an earlier request, unanswered, held seats; the hold ended, and a place books once
                 elif a.code not in UNKNOWN:
                     wrong = "not an answer this run can give"
                 if a.code in UNKNOWN:
