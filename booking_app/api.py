@@ -2,6 +2,7 @@
 Postgres, so they stay on Django's lane."""
 
 import datetime
+import re
 import uuid
 
 from django.conf import settings
@@ -31,6 +32,39 @@ def parse_seat_count(value: object) -> int:
     return value  # its range is the event's to say (lua/reserve.lua)
 
 
+# A seat's id (queue_app/seating.py: SECTION-ROW-SEAT) and a section's code, as the
+# seat map's schema allows them; the map itself says which exist.
+SEAT_ID = re.compile(r"\A[A-Za-z0-9]{1,8}-[^\s,-][^\s,]{0,7}-[^\s,]{1,8}\Z")
+SECTION_CODE = re.compile(r"\A[A-Za-z0-9]{1,8}\Z")
+MOST_SEATS_NAMED = 100  # past any event's seats per booking (lua/reserve.lua says the event's)
+
+
+def parse_seats(value: object) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not 1 <= len(value) <= MOST_SEATS_NAMED:
+        raise validation_error(f"seats must be a list of 1 to {MOST_SEATS_NAMED} seat ids.")
+    if not all(isinstance(seat, str) and SEAT_ID.match(seat) for seat in value):
+        raise validation_error('seats must be seat ids such as "A-3-12" (section-row-seat).')
+    return tuple(value)
+
+
+def parse_section(value: object) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str) or not SECTION_CODE.match(value):
+        raise validation_error("section must be a section's code: 1 to 8 letters or digits.")
+    return value
+
+
+def parse_together(value: object) -> bool:
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise validation_error("together must be true or false.")
+    return value
+
+
 def _text(name: str, limit: int, value: object) -> str:
     if value is None:
         return ""
@@ -57,7 +91,38 @@ def parse_buyer_email(value: object) -> str:
     {"type": "integer", "minimum": 1, "description": "At most the event's seats per booking."}
 )
 class SeatCountField(StrictField):
-    parse = staticmethod(parse_seat_count)
+    """Required unless `seats` names the seats (BookingInput.validate)."""
+
+    @staticmethod
+    def parse(value: object) -> int | None:
+        return None if value is None else parse_seat_count(value)
+
+
+@extend_schema_field(
+    {
+        "type": "array",
+        "items": {"type": "string", "example": "R-A-12"},
+        "minItems": 1,
+        "maxItems": MOST_SEATS_NAMED,
+        "description": "Numbered seats to hold, all or none (SEAT_TAKEN names those another took).",
+    }
+)
+class SeatsField(StrictField):
+    parse = staticmethod(parse_seats)
+
+
+@extend_schema_field(
+    {"type": "string", "description": "On an event with a seat map: the section to take seatCount places in."}
+)
+class SectionField(StrictField):
+    parse = staticmethod(parse_section)
+
+
+@extend_schema_field(
+    {"type": "boolean", "description": "With section: the seats picked side by side in one row."}
+)
+class TogetherField(StrictField):
+    parse = staticmethod(parse_together)
 
 
 @extend_schema_field({"type": "string", "maxLength": BUYER_NAME_MAX})
@@ -72,10 +137,24 @@ class BuyerEmailField(StrictField):
 
 class BookingInput(serializers.Serializer):
     token = TokenField()
-    seatCount = SeatCountField(source="seat_count")  # noqa: N815 (the wire's names are camelCase)
+    seatCount = SeatCountField(source="seat_count", required=False)  # noqa: N815 (the wire's names are camelCase)
     eventId = EventIdField()  # noqa: N815
     buyerName = BuyerNameField(source="buyer_name", required=False)  # noqa: N815
     buyerEmail = BuyerEmailField(source="buyer_email", required=False)  # noqa: N815
+    seats = SeatsField(required=False)
+    section = SectionField(required=False)
+    together = TogetherField(required=False)
+
+    def validate(self, data: dict) -> dict:
+        """seatCount, or the seats themselves (then seatCount, if given, is their number)."""
+        seats, count = data.get("seats", ()), data.get("seat_count")
+        if not seats and count is None:
+            raise validation_error("seatCount is required.")
+        if seats and count is not None and count != len(seats):
+            raise validation_error("seatCount must be the number of seats named.")
+        if seats and data.get("together"):
+            raise validation_error("together picks seats in a section; it does not go with seats.")
+        return {**data, "seat_count": count if count is not None else len(seats)}
 
 
 def checkout_url(request: Request, reservation_id: uuid.UUID) -> str:
@@ -113,6 +192,15 @@ class BookedOutput(serializers.Serializer):
         required=False, help_text="HELD: what the buyer pays, in the currency's minor unit (KRW has none)"
     )
     currency = serializers.CharField(required=False, help_text="HELD: ISO 4217")
+    section = serializers.CharField(
+        required=False, help_text="the section holding the seats (an event with a seat map only)"
+    )
+    seats = serializers.ListField(
+        source="seat_ids",
+        child=serializers.CharField(),
+        required=False,
+        help_text="the numbered seats held (an event with a seat map; empty for unnumbered places)",
+    )
     checkoutUrl = CheckoutUrlField(  # noqa: N815
         source="reservation_id",
         required=False,
@@ -124,6 +212,8 @@ class BookedOutput(serializers.Serializer):
         if booked.status != "HELD":
             for name in HOLD_FIELDS:
                 del data[name]
+        if not booked.section:  # an event without a map answers as it always did
+            del data["section"], data["seats"]
         return data
 
 
@@ -235,6 +325,11 @@ class BookingView(Endpoint):
             "SEAT_CAP",
             "SOLD_OUT",
             "INSUFFICIENT_SEATS",
+            "SECTION_NOT_FOUND",
+            "SEAT_NOT_FOUND",
+            "SEAT_TAKEN",
+            "SECTION_SOLD_OUT",
+            "NO_ADJACENT_SEATS",
             "RATE_LIMIT",
             "BOOKING_NOT_SAVED",
             "BOOKING_PENDING",

@@ -191,8 +191,9 @@ def _confirm_late(row: Reservation, charge: payments.Charge) -> bool:
 
 
 def _paid(row: Reservation, charge: payments.Charge, *, site: str, language: str) -> None:
-    """What the caller that confirmed a booking does once: count it, and have its
-    buyer mailed."""
+    """What the caller that confirmed a booking does once: count it, have its
+    buyer mailed, and show its seats sold."""
+    services.seats_shown_sold(row)
     metrics.checkout_ended(row.event_id, "PAID", (charge.charged_at - row.created_at).total_seconds())
     mail.confirmation_queue(
         row.reservation_id,

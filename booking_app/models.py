@@ -3,6 +3,7 @@
 import uuid
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
@@ -49,6 +50,11 @@ class Reservation(models.Model):
     )
     token = models.UUIDField(_("token"))
     seat_count = models.PositiveSmallIntegerField(_("seat count"))
+    # Where the seats are (queue_app.models.Section): the section's code ('' on an
+    # event without a seat map), and the numbered seats' ids (empty for unnumbered
+    # places). While the row holds seats, TakenSeat has a row per seat id.
+    section = models.CharField(_("section"), max_length=8, blank=True, default="")
+    seats = ArrayField(models.CharField(max_length=26), verbose_name=_("seats"), default=list, blank=True)
     status = models.CharField(_("status"), max_length=9, choices=Status.choices, default=Status.CONFIRMED)
     buyer_name = models.CharField(_("buyer name"), max_length=BUYER_NAME_MAX, blank=True)
     buyer_email = models.EmailField(_("buyer email"), max_length=BUYER_EMAIL_MAX, blank=True)
@@ -116,6 +122,10 @@ class Reservation(models.Model):
                 name="a_hold_has_an_expiry",
             ),
             models.CheckConstraint(condition=models.Q(seat_count__gte=1), name="at_least_one_seat"),
+            models.CheckConstraint(
+                condition=models.Q(seats__len=0) | models.Q(seats__len=models.F("seat_count")),
+                name="a_seat_id_per_seat",
+            ),
         ]
         indexes = [
             models.Index(
@@ -142,3 +152,27 @@ class Reservation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.reservation_id} ({self.seat_count} x {self.event_id})"
+
+
+class TakenSeat(models.Model):
+    """A numbered seat that is not for sale: held or confirmed by a reservation, or
+    blocked by the operator (no reservation). Its unique constraint is what makes a
+    seat sold once in Postgres, whatever Redis let through: the reservations' trigger
+    (migrations/0011_seats.py) inserts a row per seat when a reservation takes its
+    seats and deletes them when it gives them back, in the same statement."""
+
+    event = models.ForeignKey(
+        Event, on_delete=models.CASCADE, to_field="event_id", db_column="event_id", related_name="+"
+    )
+    seat_id = models.CharField(_("seat"), max_length=26)
+    reservation = models.ForeignKey(
+        Reservation, null=True, blank=True, on_delete=models.CASCADE, related_name="taken_seats"
+    )
+
+    class Meta:
+        verbose_name = _("taken seat")
+        verbose_name_plural = _("taken seats")
+        constraints = [models.UniqueConstraint(fields=["event", "seat_id"], name="one_booking_per_seat")]
+
+    def __str__(self) -> str:
+        return f"{self.seat_id} ({self.reservation_id or 'blocked'})"

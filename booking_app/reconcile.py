@@ -20,6 +20,7 @@ booking marks, then the same reconcile.
 """
 
 import logging
+from collections import Counter
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -39,14 +40,15 @@ from booking_app.services import (
     release,
     return_seats,
 )
-from queue_app import events
+from queue_app import events, seating
 from queue_app.models import Event
+from queue_app.seating import HELD, SOLD
 from ticketing import metrics, store
 from ticketing.errors import REDIS_ERRORS
 
 log = logging.getLogger(__name__)
 
-_SEATS_HEAL = store.Caller("seats_heal", passes="mark free confirmed")
+_SEATS_HEAL = store.Caller("seats_heal", passes="mark free version state section_free confirmed")
 _MARK_RESTORE = store.Caller("mark_restore", passes="booked reservation")
 
 # A recount holds back outbox removals and cancellations for as long as it runs
@@ -71,6 +73,7 @@ class Report:
     marks_restored: int = 0  # booking marks Redis had lost
     holds_ended: int = 0  # holds whose time had run out, settled (paid in time) or released
     ledger_fixed_from: int | None = None  # the event's seat ledger, when it disagreed with the rows
+    map_healed: list[str] = field(default_factory=list)  # what of the seat map the recount corrected
     busy: bool = False  # another reconcile was working on the event
     recounted: bool = False
 
@@ -84,6 +87,12 @@ class Report:
             out.append(f"Redis said {self.healed_from} left; Postgres' count now applies")
         if self.ledger_fixed_from is not None:
             out.append(f"the seat ledger said {self.ledger_fixed_from} sold; set to the rows' {self.sold}")
+        if self.map_healed:
+            wrong = [
+                "which seats were taken" if part == "seats" else f"section {part}'s places"
+                for part in self.map_healed
+            ]
+            out.append(f"the seat map had {', '.join(wrong)} wrong; Postgres' now applies")
         if self.marks_restored:
             out.append(f"restored {self.marks_restored} booking mark(s) Redis had lost")
         return out
@@ -205,6 +214,45 @@ def _check_ledger(event_id: str) -> int | None:
     return ledger
 
 
+@dataclass(frozen=True)
+class _SeatMapCount:
+    """What a recount sets of a seat map (lua/seats_heal.lua); empty without one."""
+
+    version: str = ""
+    state: bytes = b""
+    section_free: str = ""
+    blocked: int = 0
+
+
+def _seat_map_count(event_id: str, taken: list[tuple], unreturned: list[tuple]) -> _SeatMapCount:
+    """The map's seats as Postgres has them (rows: reservation id, status, section,
+    seat count, seats): held or sold by a live reservation, still taken for a given-
+    back one whose seats Redis has not had back yet, or blocked; and each section's
+    places free, as the recount's `free` is for the event."""
+    states = {
+        seat: HELD if status == Reservation.Status.HELD else SOLD
+        for _, status, _, _, seats in taken
+        for seat in seats
+    }
+    states |= {seat: SOLD for *_, seats in unreturned for seat in seats}
+    placed = seating.seats_placed(event_id, states)
+    if placed is None:
+        return _SeatMapCount()
+    out = Counter()
+    for _, _, section, count, _ in [*taken, *unreturned]:
+        out[section] += count
+    free = [
+        f"{section.code}:{section.places - out[section.code] - blocked}"
+        for section, _, blocked in placed.sections
+    ]
+    return _SeatMapCount(
+        version=",".join(str(section.pk) for section, _, _ in placed.sections),
+        state=placed.states,
+        section_free=",".join(free),
+        blocked=sum(blocked for _, _, blocked in placed.sections),
+    )
+
+
 def _recount(k: store.EventKeys, report: Report) -> bool:
     """Set seats left from Postgres (see lua/seats_heal.lua for why it is exact)."""
     recount = store.client().lock(k.recount, timeout=_RECOUNT_TIMEOUT_SEC, blocking=False)
@@ -220,14 +268,16 @@ def _recount(k: store.EventKeys, report: Report) -> bool:
             # The snapshot starts with this first query; the outbox is read after it.
             total = Event.objects.values_list("total_seats", flat=True).get(event_id=k.event_id)
             rows = Reservation.objects.filter(event_id=k.event_id)
-            sold = rows.filter(status__in=TAKEN).aggregate(n=Sum("seat_count"))["n"] or 0
-            unreturned = sum(
-                seats
-                for rid, seats in rows.filter(status__in=GIVEN_BACK).values_list(
-                    "reservation_id", "seat_count"
-                )
-                if str(rid) not in returned
-            )
+            fields = ("reservation_id", "status", "section", "seat_count", "seats")
+            taken = list(rows.filter(status__in=TAKEN).values_list(*fields))
+            unreturned_rows = [
+                row
+                for row in rows.filter(status__in=GIVEN_BACK).values_list(*fields)
+                if str(row[0]) not in returned
+            ]
+            sold = sum(row[3] for row in taken)
+            unreturned = sum(row[3] for row in unreturned_rows)
+            seat_map = _seat_map_count(k.event_id, taken, unreturned_rows)
             outbox_ids = [f[b"reservationId"].decode() for _, f in store.client().xrange(k.outbox, "-", "+")]
             durable = [
                 str(rid)
@@ -236,7 +286,15 @@ def _recount(k: store.EventKeys, report: Report) -> bool:
                 .values_list("reservation_id", flat=True)
             ]
         reply = store.run(
-            _SEATS_HEAL.call(k, mark=recount.local.token, free=total - sold - unreturned, confirmed=durable)
+            _SEATS_HEAL.call(
+                k,
+                mark=recount.local.token,
+                free=total - sold - unreturned - seat_map.blocked,
+                version=seat_map.version,
+                state=seat_map.state,
+                section_free=seat_map.section_free,
+                confirmed=durable,
+            )
         )
     except (DatabaseError, *REDIS_ERRORS) as exc:
         log.error("%s: seats not recounted: %s", k.event_id, exc)
@@ -252,8 +310,9 @@ def _recount(k: store.EventKeys, report: Report) -> bool:
     if reply == [b"LOST"]:
         log.error("%s: seat recount took too long; not applied", k.event_id)
         return False
-    before, after, pending = reply
+    before, after, pending, wrong = reply
     report.recounted = True
+    report.map_healed = [part for part in wrong.decode().split(",") if part]
     report.total_seats, report.sold, report.unreturned = total, sold, unreturned
     report.seats_left, report.pending = after, pending
     if before != after:

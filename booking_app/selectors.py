@@ -2,7 +2,7 @@ import uuid
 
 from django.db.models import Sum
 
-from booking_app.models import TAKEN, Reservation
+from booking_app.models import TAKEN, Reservation, TakenSeat
 
 
 def seats_sold(event_id: str) -> int:
@@ -26,3 +26,14 @@ def reservation_status(reservation_id: str) -> str | None:
         return Reservation.objects.values_list("status", flat=True).get(reservation_id=rid)
     except Reservation.DoesNotExist:
         return None
+
+
+def seats_taken(event_id: str) -> dict[str, int]:
+    """The event's numbered seats that reservations hold (1) or sold (2), by seat id,
+    in the states of lua/lib/seats.lua; the seat map asks it when it is put in Redis
+    (settings.SEATS_TAKEN)."""
+    rows = TakenSeat.objects.filter(event_id=event_id, reservation__isnull=False)
+    return {
+        seat: 1 if status == Reservation.Status.HELD else 2
+        for seat, status in rows.values_list("seat_id", "reservation__status")
+    }

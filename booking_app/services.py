@@ -32,8 +32,8 @@ from django.utils import timezone
 
 from booking_app import publish
 from booking_app.buyers import email_key
-from booking_app.models import GIVEN_BACK, TAKEN, Reservation
-from queue_app.models import Event
+from booking_app.models import GIVEN_BACK, TAKEN, Reservation, TakenSeat
+from queue_app.models import Event, Section
 from queue_app.tokens import Token, issued
 from ticketing import metrics, store
 from ticketing.celery import app
@@ -54,25 +54,30 @@ class Reserved(NamedTuple):
     amount: int = 0
     currency: bytes = b""
     hold_until: int = 0
+    section: bytes = b""
+    seat_list: bytes = b""
 
 
 _RESERVE = store.Caller(
-    "reserve", passes="booked token token_text wanted reservation name email account", reply=Reserved
+    "reserve",
+    passes="booked token token_text wanted reservation name email account section together seat_ids",
+    reply=Reserved,
 )
 _RELEASE = store.Caller(
-    "release", passes="booked entry reservation seats_back token reopen confirmed unheard"
+    "release", passes="booked entry reservation seats_back token reopen confirmed unheard section seat_ids"
 )
 _NOTE_NOT_SAVED = store.Caller("note_not_saved", passes="booked reservation")
 _OUTBOX_DONE = store.Caller("outbox_done", passes="entry")
-_CANCEL = store.Caller("cancel", passes="booked reservation count")
-_RETAKE = store.Caller("retake", passes="booked reservation count")
+_CANCEL = store.Caller("cancel", passes="booked reservation count section seat_ids")
+_RETAKE = store.Caller("retake", passes="booked reservation count section seat_ids")
+_SEATS_SOLD = store.Caller("seats_sold", passes="seat_ids")
 
 CONFIRMED, ALREADY_BOOKED, NO_ROOM, NOT_SAVED = "CONFIRMED", "ALREADY_BOOKED", "NO_ROOM", "NOT_SAVED"
-SEAT_CAP, BUYER_REQUIRED = "SEAT_CAP", "BUYER_REQUIRED"
+SEAT_CAP, BUYER_REQUIRED, SEAT_TAKEN = "SEAT_CAP", "BUYER_REQUIRED", "SEAT_TAKEN"
 
 # What lua/reserve.lua refuses with, answered with its code's message (ticketing/errors.py).
 _REFUSALS = {"EVENT_NOT_FOUND", "EVENT_CLOSED", "ACCOUNT_REQUIRED", "BUYER_REQUIRED", "NOT_ACTIVE",
-             "SOLD_OUT", "INSUFFICIENT_SEATS"}  # fmt: skip
+             "SOLD_OUT", "INSUFFICIENT_SEATS", "SECTION_SOLD_OUT"}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +97,10 @@ class Booking:
     amount: int = 0
     currency: str = ""
     hold_until: int = 0
+    # Where: the section's code ('' on an event without a map) and the numbered seats
+    # (none for unnumbered places). Asked for, or picked by lua/reserve.lua.
+    section: str = ""
+    seat_ids: tuple[str, ...] = ()
 
     @classmethod
     def from_outbox(cls, event_id: str, fields: dict[bytes, bytes]) -> "Booking":
@@ -107,6 +116,8 @@ class Booking:
             int(fields.get(b"amount", 0)),
             fields.get(b"currency", b"").decode(),
             int(fields.get(b"holdUntil", 0)),
+            fields.get(b"section", b"").decode(),
+            tuple(fields.get(b"seatIds", b"").decode().split(",")) if fields.get(b"seatIds") else (),
         )
 
     @property
@@ -123,6 +134,7 @@ class Decision:
     outcome: str
     reservation: Reservation | None = None  # the row holding seats: this booking's or the token's earlier one
     seats_free: int = 0  # NO_ROOM: seats Postgres still has; SEAT_CAP: seats the buyer may still book
+    taken: tuple[str, ...] = ()  # SEAT_TAKEN: the seats asked for that another holds, or the operator blocked
 
 
 def from_ms(ms: int) -> datetime.datetime:
@@ -161,15 +173,28 @@ def _record(b: Booking) -> Decision:
                 amount=b.amount,
                 currency=b.currency,
                 hold_expires_at=from_ms(b.hold_until) if b.hold_until else None,
+                section=b.section,
+                seats=list(b.seat_ids),
             )
             if row.status == Reservation.Status.CONFIRMED:  # a hold is published once paid
                 transaction.on_commit(lambda: publish.publish_soon(row))
         return Decision(CONFIRMED, row)
     except IntegrityError as exc:
         refused = exc
+    if "section_never_oversold" in str(refused):
+        free = Section.objects.filter(event__event_id=b.event_id, code=b.section).values_list(
+            "places", "sold"
+        )
+        places, sold = free.first() or (0, 0)
+        return _void(b, Decision(NO_ROOM, seats_free=places - sold))
     if "never_oversold" in str(refused):
         total, sold = Event.objects.values_list("total_seats", "seats_sold").get(event_id=b.event_id)
         return _void(b, Decision(NO_ROOM, seats_free=total - sold))
+    if "one_booking_per_seat" in str(refused) or "no_such_seat" in str(refused):
+        taken = TakenSeat.objects.filter(event_id=b.event_id, seat_id__in=b.seat_ids).values_list(
+            "seat_id", flat=True
+        )
+        return _void(b, Decision(SEAT_TAKEN, taken=tuple(sorted(taken)) or b.seat_ids))
     if "buyer_required" in str(refused):
         return _void(b, Decision(BUYER_REQUIRED))
     if "seat_cap" in str(refused):
@@ -305,13 +330,14 @@ def release(
 ) -> bool:
     """Give back what the Redis step of a refused booking took, exactly once.
 
-    NO_ROOM keeps the seats taken: Postgres had none, so the count in Redis was too
-    high. ALREADY_BOOKED points the token's mark at its confirmed reservation and
-    gives no window back, so it cannot try again. `unheard`: the client was never
+    NO_ROOM and SEAT_TAKEN keep the seats taken: Postgres had none (or not those),
+    so Redis counted too many free; reconcile's recount sets them right.
+    ALREADY_BOOKED points the token's mark at its confirmed reservation and gives
+    no window back, so it cannot try again. `unheard`: the client was never
     told the outcome (reconcile decides): the token's polls then answer NOT_SAVED.
     """
     existing = decision.reservation if decision.outcome == ALREADY_BOOKED else None
-    give = 0 if decision.outcome == NO_ROOM else b.seat_count
+    give = 0 if decision.outcome in (NO_ROOM, SEAT_TAKEN) else b.seat_count
     return bool(
         store.run(
             _RELEASE.call(
@@ -324,6 +350,8 @@ def release(
                 reopen=1 if existing is None and b.window_end else 0,
                 confirmed=str(existing.reservation_id) if existing else "",
                 unheard=int(unheard),
+                section=b.section,
+                seat_ids=list(b.seat_ids),
             )
         )
     )
@@ -344,9 +372,11 @@ class Booked:
     amount: int = 0
     currency: str = ""
     hold_expires_at: int | None = None  # ms
+    section: str = ""
+    seat_ids: tuple[str, ...] = ()
 
 
-def reserve_call(b: Booking) -> store.Call:
+def reserve_call(b: Booking, *, together: bool = False) -> store.Call:
     """The Redis step of a booking (lua/reserve.lua), for `store.run`."""
     k = store.EventKeys(b.event_id)
     return _RESERVE.call(
@@ -359,6 +389,9 @@ def reserve_call(b: Booking) -> store.Call:
         name=b.buyer_name,
         email=b.buyer_email,
         account=b.user_id or "",
+        section=b.section,
+        together=int(together),
+        seat_ids=list(b.seat_ids),
     )
 
 
@@ -371,16 +404,41 @@ def booking_reserve(
     buyer_name: str = "",
     buyer_email: str = "",
     user_id: int | None = None,
+    section: str = "",
+    seats: tuple[str, ...] = (),
+    together: bool = False,
 ) -> Booked:
+    """Hold (or, on a free event, confirm) `seat_count` seats for an active token:
+    unnumbered places, in `section` on an event with a seat map; those `seats`
+    (numbered, all or none; `seat_count` is their number); or, in a numbered
+    `section`, the best free ones, adjacent when `together`."""
     issued(event_id, token)
     k = store.EventKeys(event_id)
-    b = Booking(uuid.uuid4(), event_id, token.text, seat_count, buyer_name, buyer_email, user_id=user_id)
-    reply = store.run(reserve_call(b))
+    b = Booking(
+        uuid.uuid4(),
+        event_id,
+        token.text,
+        len(seats) or seat_count,
+        buyer_name,
+        buyer_email,
+        user_id=user_id,
+        section=section,
+        seat_ids=tuple(seats),
+    )
+    reply = store.run(reserve_call(b, together=together))
     outcome = reply.outcome.decode()
     if outcome == "ALREADY_BOOKED":
         raise DomainError("ALREADY_BOOKED", reservationId=reply.detail.decode())
     if outcome == "VALIDATION_ERROR":
         raise DomainError("VALIDATION_ERROR", f"seatCount must be between 1 and {reply.detail}.")
+    if outcome == "SEATS_INVALID":
+        raise DomainError("VALIDATION_ERROR", f"{reply.detail.decode()}.")
+    if outcome in ("SEAT_TAKEN", "SEAT_NOT_FOUND"):
+        raise DomainError(outcome, seats=reply.detail.decode().split(","))
+    if outcome == "SECTION_NOT_FOUND":
+        raise DomainError(outcome, section=reply.detail.decode())
+    if outcome == "NO_ADJACENT_SEATS":
+        raise DomainError(outcome, remainingSeats=reply.detail)
     if outcome in _REFUSALS:
         extra = {"remainingSeats": reply.detail} if outcome == "INSUFFICIENT_SEATS" else {}
         raise DomainError(outcome, **extra)
@@ -391,6 +449,8 @@ def booking_reserve(
         amount=int(reply.amount),
         currency=reply.currency.decode(),
         hold_until=int(reply.hold_until),
+        section=reply.section.decode(),
+        seat_ids=tuple(reply.seat_list.decode().split(",")) if reply.seat_list else (),
     )
 
     decision = booking_decide(b)
@@ -404,13 +464,15 @@ def booking_reserve(
             log.warning("booking %s confirmed; its outbox entry stays: %s", b.reservation_id, exc)
         return Booked(
             b.reservation_id,
-            seat_count,
+            b.seat_count,
             reply.detail,
             event_id,
             decision.reservation.status,
             b.amount,
             b.currency,
             b.hold_until or None,
+            b.section,
+            b.seat_ids,
         )
     try:
         release(k, entry_id, b, decision)
@@ -426,6 +488,8 @@ def booking_reserve(
             f"This buyer may book {decision.seats_free} more seat(s) for this event.",
             seatsAllowed=decision.seats_free,
         )
+    if decision.outcome == SEAT_TAKEN:
+        raise DomainError(SEAT_TAKEN, seats=list(decision.taken))
     if decision.outcome == NO_ROOM:
         if decision.seats_free <= 0:
             raise DomainError("SOLD_OUT")
@@ -519,6 +583,8 @@ def seats_retake(reservation: Reservation) -> str:
                 booked=k.booked(str(reservation.token)),
                 reservation=str(reservation.reservation_id),
                 count=reservation.seat_count,
+                section=reservation.section,
+                seat_ids=list(reservation.seats),
             )
         ).decode()
         if taken != "RECOUNT":
@@ -527,15 +593,40 @@ def seats_retake(reservation: Reservation) -> str:
     return taken
 
 
+def seats_shown_sold(reservation: Reservation) -> None:
+    """A paid hold's seats, shown sold on the map from now on (lua/seats_sold.lua);
+    a Redis error is only logged: the next recount shows them so."""
+    if not reservation.seats:
+        return
+    try:
+        store.run(_SEATS_SOLD.call(store.EventKeys(reservation.event_id), seat_ids=list(reservation.seats)))
+    except REDIS_ERRORS as exc:
+        log.warning("seats of %s still shown held: %s", reservation.reservation_id, exc)
+
+
 def give_back_cancelled(reservation: Reservation) -> int:
     """One try of lua/cancel.lua: seats left, -1 if returned before, -2 during a
-    recount, -3 when Redis holds no live state of the event."""
+    recount, -3 when Redis holds no live state of the event.
+
+    A numbered seat that Postgres has another reservation of (or the operator's
+    block) is counted back but not shown free: that happens only after Redis lost
+    data (restored from an older snapshot, where the seat's give-back and its sale
+    since were both lost), and freeing it would show another buyer's seat free."""
     k = store.EventKeys(reservation.event_id)
+    seats = list(reservation.seats)
+    if seats:
+        others = TakenSeat.objects.filter(event_id=reservation.event_id, seat_id__in=seats).exclude(
+            reservation_id=reservation.pk
+        )
+        taken = set(others.values_list("seat_id", flat=True))
+        seats = [seat for seat in seats if seat not in taken]
     return store.run(
         _CANCEL.call(
             k,
             booked=k.booked(str(reservation.token)),
             reservation=str(reservation.reservation_id),
             count=reservation.seat_count,
+            section=reservation.section,
+            seat_ids=seats,
         )
     )

@@ -5,7 +5,6 @@ import json
 import time
 import uuid
 
-from django import forms
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
@@ -15,10 +14,11 @@ from django.utils.translation import gettext_lazy as _
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_http_methods
 
-from booking_app import checkout, mail, services
-from booking_app.models import BUYER_EMAIL_MAX, BUYER_NAME_MAX, Reservation
+from booking_app import checkout, forms, mail, services
+from booking_app.models import Reservation
 from queue_app import services as queue
 from queue_app import tokens
+from queue_app.layout import seat_map_layout
 from queue_app.models import Event
 from queue_app.views import token_cookie
 from ticketing import money, store
@@ -32,16 +32,6 @@ MESSAGES = {
     "SEAT_CAP": _("You have reached the most seats one buyer may book for this event. Choose fewer."),
     "ACCOUNT_REQUIRED": _("Sign in to book on this event."),
 }
-
-
-class BookingForm(forms.Form):
-    seat_count = forms.TypedChoiceField(label=_("Seats"), coerce=int)
-    buyer_name = forms.CharField(label=_("Name"), max_length=BUYER_NAME_MAX)
-    buyer_email = forms.EmailField(label=_("Email"), max_length=BUYER_EMAIL_MAX)
-
-    def __init__(self, *args, most: int, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self.fields["seat_count"].choices = [(n, str(n)) for n in range(1, most + 1)]
 
 
 def _token(request: HttpRequest, event_id: str) -> tokens.Token | None:
@@ -64,6 +54,9 @@ def _buyer(request: HttpRequest) -> dict[str, str]:
 
 
 def book(request: HttpRequest, event_id: str) -> HttpResponse:
+    """The booking form of a token in its active window. On an event with a seat map
+    the buyer ticks seats (the map's script ticks them too) or asks for the best in
+    a section; a seat someone took meanwhile is named, and the rest stay ticked."""
     event = get_object_or_404(Event, event_id=event_id)
     token = _token(request, event_id)
     if token is None:
@@ -79,17 +72,22 @@ def book(request: HttpRequest, event_id: str) -> HttpResponse:
     if state.remaining_seats <= 0:
         return redirect("waiting-room", event_id)  # it says sold out, and watches for seats or the close
     most = max(1, min(event.max_seats_per_booking, state.remaining_seats))
-    form = BookingForm(request.POST or None, most=most, initial=_buyer(request))
+    layout = seat_map_layout(event) if event.sections.exists() else None
+    if layout is None:
+        form = forms.BookingForm(request.POST or None, most=most, initial=_buyer(request))
+    else:
+        form = forms.SeatBookingForm(request.POST or None, most=most, layout=layout, initial=_buyer(request))
     error = "BOOKING_NOT_SAVED" if not_saved and request.method != "POST" else None
+    error_message, taken = "", set[str]()
     if request.method == "POST" and form.is_valid():
         try:
             booked = services.booking_reserve(
                 event_id=event_id,
                 token=token,
-                seat_count=form.cleaned_data["seat_count"],
                 buyer_name=form.cleaned_data["buyer_name"],
                 buyer_email=form.cleaned_data["buyer_email"],
                 user_id=request.user.pk if request.user.is_authenticated else None,
+                **form.choice(),
             )
         except DomainError as exc:
             if exc.code == "BOOKING_PENDING":  # decided later: its mail waits for it
@@ -100,26 +98,27 @@ def book(request: HttpRequest, event_id: str) -> HttpResponse:
             if exc.code in ("NOT_ACTIVE", "SOLD_OUT"):
                 return redirect("waiting-room", event_id)
             error = exc.code
+            if layout is not None:
+                error_message = forms.refused(exc, form)
+                taken = set(exc.details.get("seats", ())) if exc.code == "SEAT_TAKEN" else set()
         else:
             if booked.status == Reservation.Status.HELD:
                 return redirect("checkout", mail.link_token(booked.reservation_id))
             email = form.cleaned_data["buyer_email"]
             mail.confirmation_soon(request, booked.reservation_id, buyer_email=email)
             return redirect("confirmation", event_id, booked.reservation_id)
-    return render(
-        request,
-        "booking_app/book.html",
-        {
-            "event": event,
-            "form": form,
-            "state": state,
-            "error": error,
-            "error_message": MESSAGES.get(error, ""),
-            "now_ms": store.now_ms(event.event_id),
-            "price": money.shown(event.price, event.currency) if event.price else "",
-        },
-        status=409 if error == "INSUFFICIENT_SEATS" else 200,
-    )
+    context = {
+        "event": event,
+        "form": form,
+        "state": state,
+        "error": error,
+        "error_message": error_message or MESSAGES.get(error, ""),
+        "now_ms": store.now_ms(event.event_id),
+        "price": money.shown(event.price, event.currency) if event.price else "",
+    }
+    if layout is not None:
+        context.update(forms.seat_context(event, layout, form, most, taken))
+    return render(request, "booking_app/book.html", context, status=409 if error in forms.CONFLICTS else 200)
 
 
 def confirmation(request: HttpRequest, event_id: str, reservation_id: str) -> HttpResponse:

@@ -13,6 +13,10 @@
 -- KEY meta        HASH    draw, drawSize
 -- KEY drawpos     STRING  drawn positions of the pre-queue's numbers, 4 bytes each
 -- KEY booked_places STRING bitmap of the places whose token booked
+-- KEY sections    HASH    the seat map's sections (lua/lib/seats.lua)
+-- KEY seat_index  HASH    seat id -> position
+-- KEY seat_state  STRING  2 bits a numbered seat
+-- KEY section_left HASH   section -> places free
 -- ARG entry  outbox entry id
 -- ARG reservation  reservation id of the entry
 -- ARG seats_back  seats to give back (0 when Postgres had no room: the count in Redis was
@@ -24,9 +28,12 @@
 -- ARG unheard  1 when the client never heard the outcome (reconcile decides): a mark
 --         naming `reservation` becomes '-' .. reservation instead, so that polls answer
 --         NOT_SAVED; 0 otherwise
+-- ARG section  the booking's section ('' without a map)
+-- ARG seat_ids...  its numbered seats: free again when its seats are given back
 --
 -- Returns 1 when released, 0 when the entry was already gone (nothing changed).
 -- needs: line
+-- needs: seats
 local give = tonumber(seats_back)
 redis.call('XLEN', outbox)
 if give > 0 and not tonumber(redis.call('GET', seats) or 0) then
@@ -47,8 +54,12 @@ if tonumber(reopen) > 0 then
   if ends and ends > now_ms() then window = to end
 end
 
+seats_check(sections, seat_index, seat_state, section_left, section)
 if redis.call('XDEL', outbox, entry) == 0 then return 0 end
-if give > 0 then redis.call('INCRBY', seats, give) end
+if give > 0 then
+  redis.call('INCRBY', seats, give)
+  seats_give_back(sections, seat_index, seat_state, section_left, section, seat_ids, give)
+end
 if confirmed ~= '' then
   redis.call('SET', booked, confirmed)
 elseif mark == reservation and unheard == '1' then

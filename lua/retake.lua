@@ -19,12 +19,19 @@
 -- KEY returned  HASH    reservation id -> seats, for every cancellation returned
 -- KEY recount   STRING  set while reconcile recounts seats left
 -- KEY meta      HASH    the event's record (its existence is checked)
+-- KEY sections    HASH    the seat map's sections (lua/lib/seats.lua)
+-- KEY seat_index  HASH    seat id -> position
+-- KEY seat_state  STRING  2 bits a numbered seat
+-- KEY section_left HASH   section -> places free
 -- ARG reservation  reservation id
 -- ARG count        seats
+-- ARG section      its section ('' without a map)
+-- ARG seat_ids...  its numbered seats: each must be free to be taken again
 --
 -- Returns TAKEN (taken from seats left), KEPT (never given back: still taken),
 -- NO_ROOM (fewer seats left than it needs), RECOUNT (a recount runs) or GONE (Redis
 -- holds no live state of the event); nothing changed for the last three.
+-- needs: seats
 if redis.call('HLEN', meta) == 0 then return 'GONE' end
 if redis.call('GET', recount) then return 'RECOUNT' end
 local left = tonumber(redis.call('GET', seats) or 0)
@@ -32,10 +39,21 @@ if not left then return redis.error_reply('seats left is not a number') end
 local mark = redis.call('GET', booked)
 local given = redis.call('HEXISTS', returned, reservation) == 1
 if given and left < tonumber(count) then return 'NO_ROOM' end
+seats_check(sections, seat_index, seat_state, section_left, section)
+local mapped = section ~= '' and redis.call('HEXISTS', sections, section) == 1
+if given and mapped then
+  if tonumber(redis.call('HGET', section_left, section) or 0) < tonumber(count) then return 'NO_ROOM' end
+  local positions = seat_positions(seat_index, seat_ids)
+  if #seat_ids > 0 and not positions then return 'NO_ROOM' end
+  for _, state in ipairs(#seat_ids > 0 and seat_states(seat_state, positions) or {}) do
+    if state ~= FREE then return 'NO_ROOM' end
+  end
+end
 
 if given then
   redis.call('HDEL', returned, reservation)
   redis.call('DECRBY', seats, count)
+  seats_take(sections, seat_index, seat_state, section_left, section, seat_ids, tonumber(count), SOLD)
 end
 if not mark then redis.call('SET', booked, reservation) end
 if given then return 'TAKEN' end

@@ -1,4 +1,5 @@
-"""The operator's admin: events with live numbers, open/pause/close, live settings."""
+"""The operator's admin: events with live numbers, open/pause/close, live settings,
+and an event's seat map (queue_app/admin_seats.py)."""
 
 from django import forms
 from django.contrib import admin, messages
@@ -11,6 +12,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from queue_app import events, live
+from queue_app.admin_seats import SeatMapAdmin
 from queue_app.models import Event
 from ticketing import money
 
@@ -78,7 +80,7 @@ def refusal_name(reason: str) -> str:
 
 
 @admin.register(Event)
-class EventAdmin(admin.ModelAdmin):
+class EventAdmin(SeatMapAdmin, admin.ModelAdmin):
     form = EventForm
     list_display = (
         "event_id",
@@ -230,6 +232,9 @@ class EventAdmin(admin.ModelAdmin):
     def get_urls(self) -> list:
         own = [
             path("<int:pk>/live/", self.admin_site.admin_view(self.live_page), name="queue_app_event_live"),
+            path(
+                "<int:pk>/seats/", self.admin_site.admin_view(self.seats_page), name="queue_app_event_seats"
+            ),
             path(
                 "<int:pk>/live.json",
                 self.admin_site.admin_view(self.live_numbers),

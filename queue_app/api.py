@@ -4,20 +4,30 @@ These four are the crowd's: the ASGI fast lane serves them in production from
 these declarations (`fast_service`); Django's lane serves them to everything else.
 """
 
+import hashlib
 from collections.abc import Mapping
 from itertools import chain
 
 from django.conf import settings
-from django.http import StreamingHttpResponse
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_field
+from django.http import HttpResponse, StreamingHttpResponse
+from django.utils.cache import get_conditional_response, patch_cache_control, patch_vary_headers
+from drf_spectacular.utils import (
+    OpenApiExample,
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+)
 from rest_framework import serializers
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from queue_app import draw, proof, services, tokens
-from queue_app.models import EVENT_ID_PATTERN
+from queue_app import availability, draw, proof, services, tokens
+from queue_app.layout import seat_map_layout
+from queue_app.models import EVENT_ID_PATTERN, Event
 from ticketing.api import Endpoint, StrictField, responses
+from ticketing.errors import DomainError, envelope
 from ticketing.ratelimit import ChallengeThrottle, JoinThrottle, LeaveThrottle, client_address
 
 
@@ -500,4 +510,158 @@ class DrawReceiptsView(Endpoint):
         first = next(lines, b"")  # errors (NOT_DRAWN) are raised before the answer starts
         response = StreamingHttpResponse(chain([first], lines), content_type="text/plain; charset=utf-8")
         response["Cache-Control"] = "public, max-age=3600"  # never changes once drawn
+        return response
+
+
+class BoxOutput(serializers.Serializer):
+    x = serializers.FloatField()
+    y = serializers.FloatField()
+    width = serializers.FloatField()
+    height = serializers.FloatField()
+
+
+class SeatRowOutput(serializers.Serializer):
+    row = serializers.CharField(help_text="the row's label, as in the seats' ids")
+    y = serializers.FloatField(help_text="where the row is drawn, in map units")
+    labels = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="the row's seats, in index order; a seat's id is `<section>-<row>-<label>`",
+    )
+    xs = serializers.ListField(
+        child=serializers.FloatField(), help_text="each seat's x, as labels (an aisle is a gap in x)"
+    )
+
+
+class SectionOutput(serializers.Serializer):
+    id = serializers.CharField(help_text="the section's code, the first part of its seats' ids")
+    name = serializers.CharField()
+    price = serializers.IntegerField(help_text="per seat, in the currency's minor unit")
+    places = serializers.IntegerField(help_text="seats in the section, numbered or not")
+    numbered = serializers.BooleanField()
+    box = BoxOutput(allow_null=True, help_text="where the section is drawn, when the map says")
+    rows = SeatRowOutput(
+        many=True,
+        help_text="a numbered section's seats (else empty), in index order: a seat's index, its "
+        "bit in the section's state, is its running position across these rows",
+    )
+
+
+class SeatMapOutput(serializers.Serializer):
+    eventId = serializers.CharField()  # noqa: N815
+    currency = serializers.CharField(help_text="ISO 4217, of every price here")
+    sections = SectionOutput(
+        many=True,
+        help_text="in the map's order; an event without a map is one unnumbered section, GA",
+    )
+
+
+EVENT_ID = OpenApiParameter(
+    "event_id",
+    {"type": "string", "pattern": EVENT_ID_PATTERN, "example": settings.EXAMPLE_EVENT_ID},
+    OpenApiParameter.PATH,
+    description="the event's id",
+)
+ETAG = OpenApiParameter(
+    "ETag",
+    str,
+    OpenApiParameter.HEADER,
+    response=[200, 304],
+    description="the layout's version: send it as If-None-Match to be answered 304 while it is the same",
+)
+# The layout changes only when the map is replaced; a price changed meanwhile is
+# seen at the latest when a browser's copy is this old.
+LAYOUT_MAX_AGE = 300
+CACHE_CONTROL = OpenApiParameter(
+    "Cache-Control",
+    str,
+    OpenApiParameter.HEADER,
+    response=[200, 304],
+    description=f"public, max-age={LAYOUT_MAX_AGE}: keep it that long, then ask again with If-None-Match",
+)
+
+
+class SeatMapView(Endpoint):
+    """An event's seat map as a browser draws it: its sections, their prices, and
+    each numbered seat's place, in the order of the seats' state. It changes only
+    when the map is replaced, so browsers keep it (Cache-Control, ETag)."""
+
+    Output = SeatMapOutput
+
+    @extend_schema(
+        operation_id="event_seat_map",
+        parameters=[EVENT_ID, ETAG, CACHE_CONTROL],
+        responses={
+            **responses(SeatMapOutput, "VALIDATION_ERROR", "EVENT_NOT_FOUND", "DATABASE_UNAVAILABLE"),
+            304: OpenApiResponse(description="If-None-Match names this layout's ETag: keep the copy held"),
+        },
+    )
+    def get(self, request: Request, event_id: str) -> Response:
+        found = Event.objects.filter(event_id=services.parse_event_id(event_id)).first()
+        if found is None:
+            raise DomainError("EVENT_NOT_FOUND")
+        # Not through Output: a stadium's seats are tens of thousands of values.
+        return Response(envelope(seat_map_layout(found)))
+
+    def finalize_response(
+        self, request: Request, response: Response, *args: object, **kwargs: object
+    ) -> HttpResponse:
+        """A layout answered is tagged with a hash of its body, and a request that
+        holds that copy already (If-None-Match) is answered 304."""
+        response = super().finalize_response(request, response, *args, **kwargs)
+        if response.status_code != 200:
+            return response
+        response.render()
+        response["ETag"] = f'"{hashlib.sha256(response.content).hexdigest()}"'
+        patch_cache_control(response, public=True, max_age=LAYOUT_MAX_AGE)
+        # An event without a map names its section in the language asked for, which
+        # the language cookie may choose as well as Accept-Language.
+        patch_vary_headers(response, ["Accept-Language", "Cookie"])
+        return get_conditional_response(request, etag=response["ETag"], response=response)
+
+
+class SectionFreeOutput(serializers.Serializer):
+    id = serializers.CharField(help_text="the section's code (GA: an event without a map)")
+    price = serializers.IntegerField(help_text="per seat, in the currency's minor unit")
+    places = serializers.IntegerField()
+    free = serializers.IntegerField(help_text="places neither held, sold nor blocked")
+    numbered = serializers.BooleanField()
+    state = serializers.CharField(
+        allow_null=True,
+        help_text="a numbered section's seats, base64: 2 bits a seat in the layout's index order, the "
+        "first seat in a byte's high bits; 0 free, 1 held, 2 sold, 3 blocked. Null when unnumbered.",
+    )
+
+
+class SeatsOutput(serializers.Serializer):
+    eventId = serializers.CharField()  # noqa: N815
+    eventStatus = serializers.ChoiceField(choices=["OPEN", "PAUSED", "CLOSED"])  # noqa: N815
+    currency = serializers.CharField()
+    seatsLeft = serializers.IntegerField()  # noqa: N815
+    refreshedAt = serializers.IntegerField(help_text="when this copy was read (ms); at most 200 ms old")  # noqa: N815
+    sections = SectionFreeOutput(many=True)
+
+
+# How long a browser or a proxy may keep the seats' state: as long as each process
+# keeps its copy (QUEUE_LINE_REFRESH_MS, rounded up to the second HTTP can say).
+SEATS_MAX_AGE = 1
+
+
+class SeatsView(Endpoint):
+    """Which seats are free now: each section's price and places free, and every
+    numbered seat's state. Answered from the process's copy, refreshed every 200 ms
+    (queue_app/availability.py): a crowd watching the map costs Redis one read per
+    process per refresh."""
+
+    Output = SeatsOutput
+
+    @extend_schema(
+        operation_id="event_seats",
+        parameters=[EVENT_ID],
+        responses=responses(SeatsOutput, "VALIDATION_ERROR", "EVENT_NOT_FOUND", "REDIS_UNAVAILABLE"),
+    )
+    def get(self, request: Request, event_id: str) -> HttpResponse:
+        # Not through Output: the copy's JSON is written once per refresh, for everyone.
+        body = availability.seats_available_json(services.parse_event_id(event_id))
+        response = HttpResponse(body, content_type="application/json")
+        patch_cache_control(response, public=True, max_age=SEATS_MAX_AGE)
         return response

@@ -302,12 +302,21 @@ class Section(models.Model):
     numbered = models.BooleanField(_("numbered"), default=False)
     position = models.PositiveSmallIntegerField(default=0, editable=False)  # the map's order
     box = models.JSONField(null=True, blank=True, editable=False)  # where it is drawn, if given
+    # The section's seat ledger, as seats_sold is the event's: held and confirmed
+    # seats, moved only by the reservations' trigger (booking_app/migrations/0011_seats.py),
+    # whose CHECK refuses a booking the section has no room for.
+    sold = models.PositiveIntegerField(_("sold"), default=0, editable=False)
 
     class Meta:
         verbose_name = _("section")
         verbose_name_plural = _("sections")
         ordering = ["event", "position"]
-        constraints = [models.UniqueConstraint(fields=["event", "code"], name="one_code_per_section")]
+        constraints = [
+            models.UniqueConstraint(fields=["event", "code"], name="one_code_per_section"),
+            models.CheckConstraint(
+                condition=models.Q(sold__lte=models.F("places")), name="section_never_oversold"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.code})"

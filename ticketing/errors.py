@@ -118,6 +118,25 @@ CODES: dict[str, Code] = {
         409, "the token has booked (reservationId names the booking)", "This token has already booked."
     ),
     "SOLD_OUT": Code(409, "no seats left", "Sold out."),
+    "SECTION_SOLD_OUT": Code(
+        409,
+        "no places left in the section asked for (other sections may have some)",
+        "This section is sold out.",
+    ),
+    "SECTION_NOT_FOUND": Code(404, "the event's seat map has no such section", "No such section."),
+    "SEAT_NOT_FOUND": Code(
+        404, "seats names seat ids the event's map does not have (seats lists them)", "No such seat."
+    ),
+    "SEAT_TAKEN": Code(
+        409,
+        "a seat asked for is held, sold or blocked (seats lists which); nothing was held",
+        "Someone else just took a seat you chose.",
+    ),
+    "NO_ADJACENT_SEATS": Code(
+        409,
+        "the section has no run of that many adjacent free seats (remainingSeats: its places left)",
+        "No seats side by side are left in this section.",
+    ),
     "INSUFFICIENT_SEATS": Code(
         409,
         "fewer seats left than asked for (remainingSeats says how many)",

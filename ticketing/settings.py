@@ -482,6 +482,7 @@ ACCOUNT_MAY_HOLD_PLACE = "accounts_app.confirm.may_hold_place"
 # which its poll shows: the booking app reads it, the line asks by this path, so that
 # the line (queue_app) never imports the booking app that depends on it.
 RESERVATION_STATUS = "booking_app.selectors.reservation_status"
+SEATS_TAKEN = "booking_app.selectors.seats_taken"
 
 # --- Mail ---
 # EMAIL_URL: smtp://user:password@host:25, smtp+tls://...:587 (STARTTLS),

@@ -31,6 +31,7 @@ exact interleaving differ between replays, so a failing seed is replayed with
 `CHAOS_SEED=<seed> make chaos`.
 """
 
+import base64
 import collections
 import os
 import random
@@ -51,10 +52,10 @@ from django.db.models import Sum
 from django.test import override_settings
 
 from booking_app import checkout, reconcile
-from booking_app.models import GIVEN_BACK, TAKEN, Reservation
-from queue_app import admission, events
+from booking_app.models import GIVEN_BACK, TAKEN, Reservation, TakenSeat
+from queue_app import admission, events, seating
 from queue_app import services as queue
-from queue_app.models import Event
+from queue_app.models import Event, Section
 from testsupport import CheckedThread
 from testsupport.servers import RedisServer, start_gunicorn
 from testsupport.toss import TossStandIn
@@ -71,6 +72,10 @@ SCENARIOS = {
     "everything": {"cuts", "kill", "restore", "flush", "reconcile"},
     "checkout": {"cuts", "checkout"},
     "checkout-restore": {"cuts", "checkout", "restore"},
+    # The event has a seat map (SEAT_MAP): buyers hold numbered seats by id or the
+    # best free ones, or places of its floor, and pay, as in checkout.
+    "seats": {"cuts", "checkout", "seats"},
+    "seats-restore": {"cuts", "checkout", "seats", "restore"},
 }
 
 
@@ -118,6 +123,26 @@ MIN_SOLD = 90
 # this many released.
 PRICE, HOLD_SEC = 1000, 3
 MIN_PAID, MIN_RELEASED = 30, 5
+# The seats scenarios' map: 60 numbered seats (6 rows of 10, an aisle after each
+# row's fifth seat) and a floor of 40 places, the run's 100 seats. A buyer asks for
+# seats by id (some of them taken, as on a busy map), for the best free ones (side by
+# side, sometimes), or for places on the floor.
+SEAT_MAP = {
+    "sections": [
+        {
+            "id": "R",
+            "name": "Numbered",
+            "rows": [
+                {"row": r, "seats": ["1", "2", "3", "4", "5", None, "6", "7", "8", "9", "10"]}
+                for r in "ABCDEF"
+            ],
+        },
+        {"id": "GA", "name": "Floor", "places": 40},
+    ]
+}
+NUMBERED = [f"R-{r}-{n}" for r in "ABCDEF" for n in range(1, 11)]
+# Refusals after which a buyer on a map chooses again (other seats, or elsewhere).
+CHOOSE_AGAIN = {"SEAT_TAKEN", "NO_ADJACENT_SEATS", "SECTION_SOLD_OUT", "INSUFFICIENT_SEATS", "SOLD_OUT"}
 # Seconds Toss' API may take before the app servers give up on it (past the longest
 # delay the run's confirm hook makes).
 TOSS_TIMEOUT_SEC = 8
@@ -200,6 +225,8 @@ class Row:
     seats: int
     status: str
     payment_id: str | None = None
+    section: str = ""
+    seat_ids: tuple[str, ...] = ()
 
 
 @dataclass
@@ -233,6 +260,7 @@ class Run:
         self.kill_messages: list[Message] = []
         self.warm: list[Warm] = []
         self.checkout = "checkout" in self.flags
+        self.mapped = "seats" in self.flags
         # checkout-restore's event confirms a payment that came after its hold was
         # released while the seats are free (lua/retake.lua); checkout's refunds it.
         self.late = self.checkout and "restore" in self.flags
@@ -466,6 +494,7 @@ class Run:
         # With checkout, seats come back (holds released): a buyer told there are none
         # tries again for a while, as a person watching "may come back" does.
         hope = time.monotonic() + 3 * HOLD_SEC
+        answer = None
         while True:
             self.asked[token] = seats
             payload = {
@@ -474,12 +503,13 @@ class Run:
                 "eventId": self.event_id,
                 "buyerName": f"buyer {i}",
                 "buyerEmail": f"buyer{i}@example.com",
+                **(self._where(rng, seats, answer) if self.mapped else {}),
             }
             answer = self._call("book", token, "POST", "/api/booking", json=payload)
             lost = "flush" in self.flags and answer.code in LINE_LOST
             hoping = (
                 self.checkout
-                and answer.code in ("SOLD_OUT", "INSUFFICIENT_SEATS")
+                and answer.code in (CHOOSE_AGAIN if self.mapped else {"SOLD_OUT", "INSUFFICIENT_SEATS"})
                 and time.monotonic() < hope
             )
             if time.monotonic() > give_up or not (answer.code in TRANSIENT or lost or hoping):
@@ -495,6 +525,28 @@ class Run:
         elif answer.code == "CONFIRMED" and rng.random() < 0.15:
             time.sleep(rng.uniform(0.0, 1.0))
             self._end(rng, token, answer.reservation_id)
+
+    def _where(self, rng: random.Random, seats: int, refused: Answer | None) -> dict:
+        """Where a buyer on the map asks for its seats: by id (chosen among the seats
+        the map shows free, now and then stale, or taken by another meanwhile), the
+        best free ones, or the floor; after SECTION_SOLD_OUT, elsewhere."""
+        if refused is not None and refused.code == "SECTION_SOLD_OUT":
+            return {"section": "GA"} if rng.random() < 0.5 else {"section": "R", "together": False}
+        roll = rng.random()
+        if roll < 0.45:
+            shown = self._ask("GET", f"/api/events/{self.event_id}/seats")
+            free = NUMBERED
+            if shown is not None:
+                raw = base64.b64decode(shown["sections"][0]["state"])
+                free = [
+                    s for n, s in enumerate(NUMBERED) if not (raw[n // 4] >> (6 - 2 * (n % 4))) & 3
+                ] or NUMBERED
+            return {
+                "seats": rng.sample(free, min(seats, len(free))) if len(free) >= seats else NUMBERED[:seats]
+            }
+        if roll < 0.75:
+            return {"section": "R", "together": rng.random() < 0.5}
+        return {"section": "GA"}
 
     def _end(self, rng: random.Random, token: str, rid: str) -> None:
         """Cancel a booking, or give a hold up (the same DELETE)."""
@@ -811,6 +863,8 @@ class Run:
                 **({"price": PRICE, "currency": "KRW", "hold_seconds": HOLD_SEC} if self.checkout else {}),
                 late_confirmation=self.late,
             )
+            if self.mapped:
+                assert seating.seat_map_apply(event, SEAT_MAP) == self.seats
             events.event_publish(event)
             tokens = [queue.queue_join(event_id=self.event_id).token for _ in range(self.buyers)]
             tick = admission.event_admit(self.event_id)
@@ -969,10 +1023,10 @@ class Run:
     def check(self, *, after_reconcile: bool) -> list[str]:
         problems: list[str] = []
         rows = {
-            str(rid): Row(str(token), seats, status, payment)
-            for rid, token, seats, status, payment in Reservation.objects.filter(
+            str(rid): Row(str(token), seats, status, payment, section, tuple(ids))
+            for rid, token, seats, status, payment, section, ids in Reservation.objects.filter(
                 event_id=self.event_id
-            ).values_list("reservation_id", "token", "seat_count", "status", "payment_id")
+            ).values_list("reservation_id", "token", "seat_count", "status", "payment_id", "section", "seats")
         }
         # Seats taken: confirmed, or held by a buyer paying.
         sold = sum(row.seats for row in rows.values() if row.status in TAKEN)
@@ -1006,6 +1060,8 @@ class Run:
                     f"Redis {left} left + {sold} confirmed or held + {pending} pending + {unreturned} being"
                     f" returned != {self.seats}"
                 )
+        if self.mapped:
+            problems += self._check_map(rows, entries, returned, after_reconcile=after_reconcile)
         if after_reconcile:
             if entries:
                 problems.append(f"{len(entries)} entries left in the outbox")
@@ -1015,6 +1071,60 @@ class Run:
                 mark = client.get(k.booked(row.token)) if row.status in TAKEN else None
                 if row.status in TAKEN and (mark is None or mark.decode() != rid):
                     problems.append(f"token {row.token} holds {rid} but its booking mark is {mark}")
+        return problems
+
+    def _check_map(
+        self, rows: dict[str, Row], entries: list, returned: set[str], *, after_reconcile: bool
+    ) -> list[str]:
+        """Per seat and per section (an event with a map): no seat in two live rows,
+        Postgres' taken seats are exactly the live rows' and each section's ledger
+        their count; Redis' places left per section add up as seats left do; and
+        once reconciled, Redis shows taken exactly the seats live rows hold."""
+        problems = []
+        live = [row for row in rows.values() if row.status in TAKEN]
+        held = [seat for row in live for seat in row.seat_ids]
+        doubles = sorted(seat for seat, n in collections.Counter(held).items() if n > 1)
+        if doubles:
+            problems.append(f"SOLD TWICE: seats in two live reservations: {doubles}")
+        taken = sorted(TakenSeat.objects.filter(event_id=self.event_id).values_list("seat_id", flat=True))
+        if taken != sorted(held):
+            problems.append(f"Postgres' taken seats {taken} are not the live rows' {sorted(held)}")
+        k = store.EventKeys(self.event_id)
+        client = self.redis.client()
+        durable = {rid for rid, row in rows.items() if row.status != "VOID"}
+        pending = collections.Counter()
+        for _, f in entries:
+            if f[b"reservationId"].decode() not in durable:
+                pending[f.get(b"section", b"").decode()] += int(f[b"seats"])
+        for code, places, sold in Section.objects.filter(event__event_id=self.event_id).values_list(
+            "code", "places", "sold"
+        ):
+            mine = sum(row.seats for row in live if row.section == code)
+            if sold != mine:
+                problems.append(f"section {code}'s ledger says {sold}, its live rows {mine}")
+            if sold > places:
+                problems.append(f"OVERSOLD: section {code} has {sold} of {places} taken")
+            unreturned = sum(
+                row.seats
+                for rid, row in rows.items()
+                if row.section == code and row.status in GIVEN_BACK and rid not in returned
+            )
+            left = int(client.hget(k.section_left, code) or 0)
+            if (after_reconcile or not self.redis_lost_data) and left + mine + pending[
+                code
+            ] + unreturned != places:
+                problems.append(
+                    f"section {code}: Redis {left} left + {mine} taken + {pending[code]} pending"
+                    f" + {unreturned} being returned != {places}"
+                )
+        if after_reconcile:
+            raw = client.get(k.seat_state) or b""
+            shown = {s for n, s in enumerate(NUMBERED) if (raw[n // 4] >> (6 - 2 * (n % 4))) & 3}
+            if shown != set(held):
+                problems.append(
+                    f"Redis shows taken {sorted(shown - set(held))} that no live row holds, and free"
+                    f" {sorted(set(held) - shown)} that one does"
+                )
         return problems
 
     def _check_rows(self, rows: dict[str, Row]) -> list[str]:
@@ -1088,9 +1198,13 @@ class Run:
                 if a.code == "CONFIRMED":
                     if not is_row(a, rid, *kept) or a.seats != self.asked[a.token]:
                         wrong = "its row is missing, another's, or not confirmed"
+                    else:
+                        wrong = self._other_seats(a, rows[rid])
                 elif a.code == "HELD":
                     if not is_row(a, rid, *REACHABLE["HELD"]) or a.seats != self.asked[a.token]:
                         wrong = "its row is missing, another's, or never held"
+                    else:
+                        wrong = self._other_seats(a, rows[rid])
                 elif a.code in ("ALREADY_BOOKED", "BOOKING_PENDING"):
                     # The token's confirmed row, or a booking of it that waited in the outbox
                     # for reconcile (ALREADY_BOOKED: the retry of a request whose Redis step
@@ -1102,7 +1216,7 @@ class Run:
                     elif not after_reconcile and row is not None and row.status == "CANCELLED":
                         if "CANCELLED" not in kept:
                             wrong = "its row was cancelled by nobody"
-                elif a.code in ("SOLD_OUT", "INSUFFICIENT_SEATS"):
+                elif a.code in ("SOLD_OUT", "INSUFFICIENT_SEATS") or (self.mapped and a.code in CHOOSE_AGAIN):
                     # That request wrote nothing, or a VOID row. A row that holds seats can
                     # only come from an earlier request whose answer never came, and only
                     # when Redis lost the mark: a token with a mark is answered ALREADY_BOOKED.
@@ -1111,6 +1225,12 @@ class Run:
                     # answer may name a hold of the token.
                     later = {b.reservation_id for b in self.answers[n + 1 :] if b.token == a.token}
                     held = [x for x in held if x not in later]
+                    # Or from a later request whose answer never came (it took seats,
+                    # its hold ran out): with seats coming back, a buyer told no tries again.
+                    if self.checkout and any(
+                        b.token == a.token and b.code in UNKNOWN for b in self.answers[n + 1 :]
+                    ):
+                        held = []
                     if held and not (a.token in unknown and self.redis_lost_data):
                         wrong = f"the token holds {held}"
                 elif a.code == "BOOKING_NOT_SAVED":
@@ -1151,6 +1271,13 @@ class Run:
             if wrong:
                 problems.append(f"answered {a.what} {a.code} but {wrong}: {a}, row {row}")
         return problems
+
+    def _other_seats(self, a: Answer, row: Row) -> str | None:
+        """On a map: what is wrong when a booking's answer names other seats than its row's."""
+        if not self.mapped:
+            return None
+        named = (a.data["section"], tuple(a.data["seats"]))
+        return None if named == (row.section, row.seat_ids) else f"it names {named}, its row {row}"
 
     def _check_payments(self) -> list[str]:
         """Money follows seats (docs/reliability.md, invariant 4): every payment Toss

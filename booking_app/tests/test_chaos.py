@@ -1,6 +1,6 @@
 """The fault-injection suite (booking_app/tests/chaos.py). Each seed picks its scenario.
 
-- CI (no CHAOS_* set): seeds 1000-1007, one of each scenario.
+- CI (no CHAOS_* set): seeds 1000-1009, one of each scenario.
 - A soak: CHAOS_SEEDS=1-50 (or "3,17,40-45") runs those seeds; CHAOS_RUNS=50 runs 50
   seeds from CHAOS_FIRST_SEED (random when unset). Either way the seeds are printed,
   with each run's summary and the soak's totals, so the soak is a command anyone can
@@ -33,7 +33,7 @@ def _cases() -> tuple[str, list[int]]:
         first = int(os.environ.get("CHAOS_FIRST_SEED", "").strip() or random.randrange(10**6))
         spec = f"{first}-{first + int(env['CHAOS_RUNS']) - 1}"
     else:
-        spec = "1000-1007"
+        spec = "1000-1009"
     return spec, _seeds(spec)
 
 

@@ -79,6 +79,10 @@ class EventKeys:
         "active",
         "booked_places",
         "seats",
+        "sections",
+        "seat_index",
+        "seat_state",
+        "section_left",
         "outbox",
         "returned",
         "recount",
@@ -123,6 +127,13 @@ class EventKeys:
         # cancellation took the booking back.
         self.booked_places = key(event_id, "booking", "places")
         self.seats = key(event_id, "seats", "remaining")
+        # The seat map, when the event has one (lua/lib/seats.lua): its sections, the
+        # seat ids' positions, each numbered seat's state (2 bits), and each
+        # section's places left (which add up to `seats`).
+        self.sections = key(event_id, "seats", "sections")
+        self.seat_index = key(event_id, "seats", "index")
+        self.seat_state = key(event_id, "seats", "state")
+        self.section_left = key(event_id, "seats", "left")
         # Bookings between their Redis step and their decision in Postgres.
         self.outbox = key(event_id, "booking", "outbox")
         # reservation id -> seats, for every cancellation whose seats are back on sale:

@@ -216,6 +216,36 @@ MUTANTS = [
 """,
         first=("booking_app/tests/test_faults.py", "booking_app/tests/test_durability.py"),
     ),
+    Mutant(
+        name="seat-unique",
+        breaks="a reservation's seats take no rows of booking_app_takenseat: Postgres sells a seat twice",
+        path="booking_app/migrations/0011_seats.py",
+        original="""\
+    INSERT INTO booking_app_takenseat (event_id, seat_id, reservation_id)
+      SELECT event, seat, NEW.id FROM unnest(NEW.seats) AS seat;
+""",
+        replacement="",
+        first=("booking_app/tests/test_seat_ledger.py", "booking_app/tests/test_seat_booking.py"),
+    ),
+    Mutant(
+        name="seat-give-back",
+        breaks="a cancellation returns its places but leaves its numbered seats taken on the map",
+        path="lua/cancel.lua",
+        original=(
+            "seats_give_back(sections, seat_index, seat_state, section_left, section, seat_ids,"
+            " tonumber(count))\n"
+        ),
+        replacement="redis.call('HINCRBY', section_left, section, count)\n",
+        first=("booking_app/tests/test_seat_booking.py",),
+    ),
+    Mutant(
+        name="seat-sold-again-freed",
+        breaks="a give-back Redis forgot shows free a seat another buyer holds since",
+        path="booking_app/services.py",
+        original="        seats = [seat for seat in seats if seat not in taken]\n",
+        replacement="",
+        first=("booking_app/tests/test_seat_booking.py",),
+    ),
 ]
 
 

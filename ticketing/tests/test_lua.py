@@ -15,7 +15,8 @@ from django.utils import timezone
 
 from booking_app import checkout, reconcile
 from booking_app import services as booking
-from queue_app import admission, draw, events, tokens
+from booking_app.models import Reservation
+from queue_app import admission, draw, events, seating, tokens
 from queue_app.models import Event
 from ticketing import servers, store
 
@@ -105,7 +106,10 @@ SCENARIO_SCRIPTS = {
     "outbox_done",
     "cancel",
     "retake",
+    "seats_block",
     "seats_heal",
+    "seats_publish",
+    "seats_sold",
     "mark_restore",
     "note_not_saved",
     "draw_close",
@@ -169,6 +173,30 @@ def test_every_script_runs_on_each_redis_version(request, make_event, api, serve
         event.total_seats = 12
         assert events.event_publish(event) == 12
         events.event_wipe(event.event_id)
+        # A seat map, put in Redis with its event (seats_publish); seats held by id,
+        # then picked side by side.
+        mapped = make_event(total_seats=6, admit_per_second=2)
+        rows = [{"row": "1", "count": 4}]
+        seat_map = {
+            "sections": [
+                {"id": "A", "name": "Front", "rows": rows},
+                {"id": "GA", "name": "Floor", "places": 2},
+            ]
+        }
+        seating.seat_map_apply(mapped, seat_map)
+        assert events.event_publish(mapped) == 6
+        x, y = (api.token(mapped.event_id) for _ in range(2))
+        assert admission.event_admit(mapped.event_id).admitted == 2
+        by_id = {"token": x, "seats": ["A-1-2"], "eventId": mapped.event_id}
+        status, body = api.call("post", "/api/booking", by_id)
+        assert (status, body["data"]["seats"], body["data"]["section"]) == (200, ["A-1-2"], "A"), body
+        picked = {"token": y, "section": "A", "seatCount": 2, "together": True, "eventId": mapped.event_id}
+        status, body = api.call("post", "/api/booking", picked)
+        assert (status, body["data"]["seats"]) == (200, ["A-1-3", "A-1-4"]), body
+        assert seating.seats_block(mapped, ["A-1-1"]) == []  # seats_block
+        paid = Reservation.objects.get(reservation_id=body["data"]["reservationId"])
+        booking.seats_shown_sold(paid)  # seats_sold
+        events.event_wipe(mapped.event_id)
         # A scheduled start: joins into the pre-queue, the draw closes it and puts the
         # drawn order in place, the tick admits through it.
         scheduled = make_event(opens_at=timezone.now() + timedelta(hours=1), admit_per_second=1)

@@ -34,7 +34,7 @@ from django.utils import timezone
 from booking_app import reconcile
 from booking_app import services as booking
 from booking_app.models import Reservation
-from queue_app import admission, draw, events, line, proof, services, tokens
+from queue_app import admission, draw, events, line, proof, seating, services, tokens
 from queue_app.models import Event
 from queue_app.tokens import Token, parse_token
 from testsupport.line import end_windows, event_state, next_redis_second
@@ -322,8 +322,90 @@ def _strand(world: World, token: Token) -> None:
     world.extra.update(booking=dataclasses.replace(b, window_end=int(reply.window_end)), entry=reply.entry)
 
 
+# An event with a seat map (queue_app/seating.py): 20 numbered seats and a floor,
+# its 100 seats.
+SEAT_MAP = {
+    "sections": [
+        {"id": "R", "name": "R", "rows": [{"row": "A", "count": 10}, {"row": "B", "count": 10}]},
+        {"id": "GA", "name": "Floor", "places": 80},
+    ]
+}
+
+
+def crowd_on_a_map(make_event: Callable[..., Event]) -> World:
+    """The crowd on an event with a seat map, and a booking of R-A-1 and R-A-2 by the
+    first admitted person whose process died after its Redis step (in the outbox)."""
+    world = crowd(make_event)
+    seating.seat_map_apply(world.event, SEAT_MAP)
+    events.event_publish(world.event)
+    b = booking.Booking(
+        uuid.uuid4(), world.event.event_id, world.tokens[0].text, 2, seat_ids=("R-A-1", "R-A-2")
+    )
+    reply = store.run(booking.reserve_call(b))
+    assert reply[0] == b"OK", reply
+    b = dataclasses.replace(b, window_end=int(reply.window_end), section="R")
+    world.extra.update(booking=b, entry=reply.entry)
+    world.token = world.tokens[1]
+    return world
+
+
+def seats_released(make_event: Callable[..., Event]) -> World:
+    """`booking_released` on a map: the hold had R-B-5."""
+    world = booking_released(make_event)
+    seating.seat_map_apply(world.event, SEAT_MAP)
+    events.event_publish(world.event)
+    world.extra["released"].section, world.extra["released"].seats = "R", ["R-B-5"]
+    return world
+
+
+def reserve_seat(world: World) -> Any:
+    return booking.booking_reserve(
+        event_id=world.event.event_id, token=world.token, seat_count=1, seats=("R-B-1",)
+    )
+
+
+def cancel_seats(world: World) -> Any:
+    returned = Reservation(
+        event=world.event,
+        reservation_id=uuid.uuid4(),
+        token=world.token.text,
+        seat_count=2,
+        section="R",
+        seats=["R-B-2", "R-B-3"],
+    )
+    return booking.give_back_cancelled(returned)
+
+
+def heal_map(world: World) -> Any:
+    counted = reconcile._seat_map_count(world.event.event_id, [], [])
+    call = reconcile._SEATS_HEAL.call(
+        world.keys,
+        mark="ours",
+        free=100,
+        version=counted.version,
+        state=counted.state,
+        section_free=counted.section_free,
+        confirmed=[],
+    )
+    return store.run(call)
+
+
+def block_seat(world: World) -> Any:
+    return seating.seats_block(world.event, ["R-B-9"])
+
+
+def show_sold(world: World) -> Any:
+    return store.run(booking._SEATS_SOLD.call(world.keys, seat_ids=["R-A-1", "R-A-2"]))
+
+
 def booking_recounting(make_event: Callable[..., Event]) -> World:
     world = booking_stranded(make_event)
+    store.client().set(world.keys.recount, "ours", px=60_000)
+    return world
+
+
+def crowd_on_a_map_recounting(make_event: Callable[..., Event]) -> World:
+    world = crowd_on_a_map(make_event)
     store.client().set(world.keys.recount, "ours", px=60_000)
     return world
 
@@ -376,7 +458,10 @@ def retake(world: World) -> Any:
 
 def heal(world: World) -> Any:
     k = world.keys
-    return store.run(reconcile._SEATS_HEAL.call(k, mark="ours", free=100, confirmed=[]))
+    call = reconcile._SEATS_HEAL.call(
+        k, mark="ours", free=100, version="", state="", section_free="", confirmed=[]
+    )
+    return store.run(call)
 
 
 def booking_lost(make_event: Callable[..., Event]) -> World:
@@ -445,6 +530,14 @@ CASES = [
     # A seats value that is not a number is simply replaced by the recount.
     Case("seats_heal", booking_recounting, heal, keys=(1, 2, 3, 4)),
     Case("mark_restore", booking_mark_lost, mark_restore, keys=(1, 2, 3)),
+    # On a map: the sections, the seats' index and states, and the places per section.
+    Case("reserve", crowd_on_a_map, reserve_seat, keys=(1, 3, 4, 5, 13, 14, 15, 16), counters=(4,)),
+    Case("release", crowd_on_a_map, release, keys=(1, 2, 3, 7, 10, 11, 12, 13), counters=(2,)),
+    Case("cancel", crowd_on_a_map, cancel_seats, keys=(1, 6, 7, 8, 9), counters=(1,)),
+    Case("retake", seats_released, retake, keys=(1, 6, 7, 8, 9), counters=(1,)),
+    Case("seats_heal", crowd_on_a_map_recounting, heal_map, keys=(1, 5, 6, 7, 8)),
+    Case("seats_block", crowd_on_a_map, block_seat, keys=(1, 2, 3, 4, 5), counters=(1,)),
+    Case("seats_sold", crowd_on_a_map, show_sold, keys=(1, 2, 3)),
     Case("note_not_saved", booking_lost, note_lost, keys=(1, 2)),
 ]
 
