@@ -73,8 +73,9 @@ SCENARIOS = {
     "checkout": {"cuts", "checkout"},
     "checkout-restore": {"cuts", "checkout", "restore"},
     # The event has a seat map (SEAT_MAP): buyers hold numbered seats by id or the
-    # best free ones, or places of its floor, and pay, as in checkout.
-    "seats": {"cuts", "checkout", "seats"},
+    # best free ones, or places of its floor, and pay, as in checkout; reconciles race
+    # the sale's give-backs (`seats`), or Redis comes back from a snapshot.
+    "seats": {"cuts", "checkout", "seats", "reconcile"},
     "seats-restore": {"cuts", "checkout", "seats", "restore"},
 }
 
