@@ -232,6 +232,14 @@ class ReservationOutput(serializers.Serializer):
     holdExpiresAt = serializers.SerializerMethodField()  # noqa: N815
     paidAt = serializers.SerializerMethodField()  # noqa: N815
     endedAt = serializers.SerializerMethodField()  # noqa: N815
+    section = serializers.CharField(
+        required=False, help_text="the section holding the seats (an event with a seat map only)"
+    )
+    seats = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="the numbered seats (an event with a seat map; empty for unnumbered places)",
+    )
     refunded = serializers.IntegerField(
         source="refunded_amount",
         required=False,
@@ -263,6 +271,8 @@ class ReservationOutput(serializers.Serializer):
         data = super().to_representation(row)
         if row.status != Reservation.Status.REFUNDED:
             del data["refunded"]
+        if not row.section:  # an event without a map answers as it always did
+            del data["section"], data["seats"]
         return data
 
 

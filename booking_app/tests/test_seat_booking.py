@@ -235,6 +235,8 @@ def test_a_cancelled_booking_frees_its_seats_at_once(api, mapped):
     status, body = choose(api, a, event, seats=["R-B-1", "R-B-2"])
     assert status == 200, body
     rid = body["data"]["reservationId"]
+    status, body = api.call("get", f"/api/booking/{rid}?token={a}")
+    assert (status, body["data"]["section"], body["data"]["seats"]) == (200, "R", ["R-B-1", "R-B-2"])
     status, body = api.call("delete", f"/api/booking/{rid}?token={a}")
     assert status == 200, body
     assert (state(event, "R-B-1"), state(event, "R-B-2")) == (0, 0)
