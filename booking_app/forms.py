@@ -154,7 +154,7 @@ class ShownSection:
 def states_of(encoded: str | None) -> list[int]:
     """A numbered section's seat states from GET /api/events/<id>/seats' base64:
     2 bits a seat, a byte's first seat in its high bits."""
-    return [byte >> shift & 3 for byte in base64.b64decode(encoded or "") for shift in (6, 4, 2, 0)]
+    return seating.seat_states(base64.b64decode(encoded or ""))
 
 
 def seats_shown(layout: dict, now: dict, chosen: set[str], taken: set[str]) -> list[ShownSection]:

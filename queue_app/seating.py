@@ -24,6 +24,13 @@ _SEATS_BLOCK = store.Caller("seats_block", passes="block seat_ids")
 # A numbered seat's state in Redis (lua/lib/seats.lua), 2 bits.
 FREE, HELD, SOLD, BLOCKED = 0, 1, 2, 3
 
+
+def seat_states(raw: bytes) -> list[int]:
+    """Seats' states as Redis keeps them (and GET /api/events/<id>/seats serves them):
+    2 bits a seat, a byte's first seat in its high bits; 4 a byte, padding included."""
+    return [byte >> shift & 3 for byte in raw for shift in (6, 4, 2, 0)]
+
+
 SCHEMA_PATH = Path(settings.BASE_DIR) / "docs" / "seat-map.schema.json"
 # The errors a refusal lists: enough to fix a map, not a wall of text.
 _ERRORS_SHOWN = 10

@@ -540,7 +540,7 @@ class Run:
             if shown is not None:
                 raw = base64.b64decode(shown["sections"][0]["state"])
                 free = [
-                    s for n, s in enumerate(NUMBERED) if not (raw[n // 4] >> (6 - 2 * (n % 4))) & 3
+                    s for s, state in zip(NUMBERED, seating.seat_states(raw), strict=False) if not state
                 ] or NUMBERED
             return {
                 "seats": rng.sample(free, min(seats, len(free))) if len(free) >= seats else NUMBERED[:seats]
@@ -1120,7 +1120,7 @@ class Run:
                 )
         if after_reconcile:
             raw = client.get(k.seat_state) or b""
-            shown = {s for n, s in enumerate(NUMBERED) if (raw[n // 4] >> (6 - 2 * (n % 4))) & 3}
+            shown = {s for s, state in zip(NUMBERED, seating.seat_states(raw), strict=False) if state}
             if shown != set(held):
                 problems.append(
                     f"Redis shows taken {sorted(shown - set(held))} that no live row holds, and free"
