@@ -64,7 +64,7 @@ for _, entry in ipairs(redis.call('XRANGE', outbox, '-', '+')) do
     end
   end
 end
-seats_check(sections, seat_index, seat_state, section_left)
+if version ~= '' then seats_check(sections, seat_index, seat_state, section_left, nil) end
 local before = redis.call('GET', seats)
 local now = tonumber(free) - pending
 redis.call('SET', seats, now)

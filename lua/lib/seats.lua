@@ -111,8 +111,10 @@ end
 
 -- Fail, before a script's first write, on any of the map's keys that is not of its
 -- type, or on a section's places left that are not a number: what the give-backs
--- and the recount write after their other writes.
+-- and the recount write after their other writes. Nothing to check for a booking
+-- without a section (an event without a map): its give-back writes none of them.
 local function seats_check(sections, seat_index, seat_state, section_left, section)
+  if section == '' then return end
   redis.call('HLEN', sections)
   redis.call('HLEN', seat_index)
   redis.call('STRLEN', seat_state)
