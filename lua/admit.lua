@@ -4,7 +4,8 @@
 -- Runs at most once per second of Redis' clock, however many beat or worker
 -- processes call it: a second caller in the same second admits nobody. Admits
 -- nobody unless the event is OPEN and has seats left, and never beyond the
--- event's cap of people active at once.
+-- event's cap of people active at once; on a pass-through event (meta mode), the
+-- whole line at once, whatever the cap (lua/join.lua admits there too).
 --
 -- Admitting is moving a counter: the places after `popped` are read off the
 -- `left` bitmap, a byte (eight places) at a time, and runs of holes are skipped by
@@ -17,7 +18,7 @@
 -- setting that is not a number) fails the tick with nothing changed.
 --
 -- KEY meta        HASH    status, admitPerSecond, windowSeconds, maxActive, draw, opensAt,
---                         drawSize; admitRate is written
+--                         drawSize, mode, claimSeconds; admitRate is written
 -- KEY seq         STRING  last arrival number issued
 -- KEY popped      STRING  places already taken off the head of the line
 -- KEY left        STRING  bitmap of the places whose person left
@@ -28,7 +29,15 @@
 -- KEY seats       STRING  seats left
 -- KEY tick        STRING  the last second (Redis clock) a tick ran
 -- KEY admit_log   LIST    "<second>:<admitted>" of the last 120 ticks, newest first
+-- KEY claims      HASH    per admission log entry (`to`), the time its people must come
+--                         back by; ':' and how many did not, once counted
+-- KEY claimed     STRING  bitmap of the admitted places that came back
 -- ARG lead        how long before a scheduled start its draw is due (ms)
+--
+-- A claim time (meta claimSeconds > 0; docs/modes.md): the people a tick admits
+-- must come back within it (lua/lib/line.lua: claim_of). Once an entry's claim
+-- time has passed, the tick counts those who did not and takes them off the active
+-- count before it admits, so their slots go to the next people in this same tick.
 --
 -- An event with a scheduled start admits nobody until its pre-queue is drawn (meta
 -- draw = PENDING): NOT_OPEN, then DRAW_DUE from `lead` ms before the start on,
@@ -60,7 +69,7 @@ end
 
 -- 1. Read and validate; nothing is written before step 2.
 local fields = redis.call('HMGET', meta, 'status', 'admitPerSecond', 'windowSeconds', 'maxActive',
-  'admitRate', 'draw', 'opensAt')
+  'admitRate', 'draw', 'opensAt', 'mode', 'claimSeconds')
 if not fields[1] then return {'EVENT_NOT_FOUND', 0, 0, 0} end
 
 local t = redis.call('TIME')
@@ -79,15 +88,47 @@ redis.call('STRLEN', left)
 redis.call('HLEN', per_window)
 redis.call('LLEN', admit_log)
 
--- Windows that have passed leave the count of active people. The log is in order
--- of places, which is the order of time: the passed ones are at its start.
-local passed = {}
+local claim_ms = number(fields[9] or 0, 'claimSeconds') * 1000
+redis.call('HLEN', claims)
+redis.call('STRLEN', claimed)
+
+-- Windows that have passed leave the count of active people (less those already
+-- taken off as unclaimed). The log is in order of places, which is the order of
+-- time: the passed ones are at its start.
+local function claim_time(to)
+  local deadline = redis.call('HGET', claims, to)
+  if not deadline then return nil, 0 end
+  local by, gone = deadline:match('^(%d+):?(%d*)$')
+  if not by then error(claims .. ' holds a claim time that is not a number') end
+  if gone ~= '' then return nil, tonumber(gone) end  -- counted already
+  return tonumber(by), 0
+end
+local passed, counted = {}, {}
 for _, entry in ipairs(redis.call('ZRANGE', windows, 0, 99)) do
   local to, ends, admitted = entry:match('^(%d+):%d+:(%d+):(%d+)$')
   if not to then error(windows .. ' holds an entry that is not to:from:end:admitted') end
   if tonumber(ends) > now then break end
   passed[#passed + 1] = entry
+  local _, unclaimed = claim_time(to)
   active_count = active_count - tonumber(admitted) + tonumber(redis.call('HGET', per_window, to) or 0)
+    + unclaimed
+end
+-- Then the windows whose claim time has passed since the last count (claims' field
+-- `upto`: the last entry counted) give back the slots of those who did not come back.
+local was_upto = redis.call('HGET', claims, 'upto') or '0'
+if not tonumber(was_upto) then error(claims .. ': upto is not a number') end
+local upto = was_upto
+for _, entry in ipairs(redis.call('ZRANGEBYSCORE', windows, '(' .. upto, '+inf', 'LIMIT', 0, 100)) do
+  local to, from, ends, admitted = entry:match('^(%d+):(%d+):(%d+):(%d+)$')
+  if not to then error(windows .. ' holds an entry that is not to:from:end:admitted') end
+  local by = claim_time(to)
+  if by and by >= now then break end  -- its claim time is on, and so is every later one's
+  if by and tonumber(ends) > now then
+    local unclaimed = tonumber(admitted) - ones(claimed, tonumber(from), tonumber(to))
+    counted[#counted + 1] = {to, by .. ':' .. unclaimed}
+    active_count = active_count - unclaimed
+  end
+  upto = to
 end
 active_count = math.max(active_count, 0)
 
@@ -102,7 +143,11 @@ elseif counter(seats) <= 0 then
 else
   want = number(fields[2], 'admitPerSecond')
   local cap = number(fields[4] or 0, 'maxActive')
-  if cap > 0 then want = math.min(want, cap - active_count) end
+  if fields[8] == 'pass-through' then
+    want = math.max(waiting, 0)
+  elseif cap > 0 then
+    want = math.min(want, cap - active_count)
+  end
   if waiting <= 0 then
     outcome = 'EMPTY'
   elseif want <= 0 then
@@ -154,11 +199,15 @@ redis.call('SET', tick, second)
 for _, entry in ipairs(passed) do
   redis.call('ZREM', windows, entry)
   redis.call('HDEL', per_window, entry:match('^(%d+):'))
+  redis.call('HDEL', claims, entry:match('^(%d+):'))
 end
+for _, count in ipairs(counted) do redis.call('HSET', claims, count[1], count[2]) end
+if upto ~= was_upto then redis.call('HSET', claims, 'upto', upto) end
 if outcome == 'ADMITTED' then
   if admitted > 0 then
     local ends = now + window_ms
     redis.call('ZADD', windows, last, last .. ':' .. (head + 1) .. ':' .. ends .. ':' .. admitted)
+    if claim_ms > 0 then redis.call('HSET', claims, last, now + claim_ms) end
   end
   redis.call('SET', popped, last)
   redis.call('SET', holes, hole_count - passed_holes)

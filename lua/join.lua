@@ -24,7 +24,8 @@
 -- its holder has it).
 --
 -- KEY meta        HASH    status, gen, requireAccount, proofOfWork, maxPerAddress, draw,
---                         opensAt, drawSize (written when this join closes the pre-queue)
+--                         opensAt, drawSize (written when this join closes the pre-queue),
+--                         mode, admitPerSecond, windowSeconds, maxActive, claimSeconds
 -- KEY seq         STRING  last arrival number issued
 -- KEY left        STRING  bitmap of the places whose person left
 -- KEY leftpre     STRING  bitmap of the pre-queue numbers whose person left before the draw
@@ -42,6 +43,12 @@
 -- KEY booked_places STRING bitmap of the places whose token booked
 -- KEY nonces      STRING  the random bytes of each number's token, 2 bytes a number
 -- KEY site_bucket HASH    the owner hash of the client's IPv6 /48's tokens
+-- KEY holes       STRING  how many places after `popped` were left
+-- KEY per_window  HASH    `to` of a window -> bookings made in it
+-- KEY active      STRING  people in a window not yet passed who have not booked
+-- KEY seats       STRING  seats left
+-- KEY claims      HASH    per admission log entry, the time its people must come back by
+-- KEY claimed     STRING  bitmap of the admitted places that came back
 -- ARG old  rejoin: the old token, 16 raw bytes; join: ''
 -- ARG event_id  event id
 -- ARG ipad  the key's inner HMAC pad, 64 bytes
@@ -67,17 +74,35 @@
 -- far), and takes the next number, behind it. Once the draw is DONE, a pre-queue
 -- number's place is its drawn position.
 --
--- Returns {outcome, ...}: {'JOINED', joinedAtMs, token, prequeue}; a rejoin that
+-- The event's mode (meta mode; docs/modes.md) decides whether a new place waits
+-- for the tick. `queue` (or none): it does. `safety-net`: while nobody waits (every
+-- number before it admitted or left), the event is OPEN with seats left, its active
+-- people are under maxActive (0: no cap) and fewer than admitPerSecond were
+-- admitted in this second's window entry, the new place is admitted here, as the
+-- tick would admit it; as soon as one person waits, everyone after waits behind
+-- them. `pass-through`: an OPEN event with seats left admits the whole line up to
+-- and including the new place, in order, whatever the cap. `reject`: new places are
+-- refused (EVENT_REJECTING); a rejoin that keeps its place keeps it. Admitting
+-- here writes what a tick writes: `popped`, `holes`, `active` and the admission log,
+-- in the newest entry when it is contiguous and from this second (its window end,
+-- at most a second shorter than a full window), else in a new entry. The new place
+-- has come back already; on an event with a claim time (meta claimSeconds), the
+-- others a pass-through admits must come back within it. A rejoin in the active
+-- window is its person coming back (lua/lib/line.lua: claim_of); one whose claim
+-- time ran out goes to the back.
+--
+-- Returns {outcome, ...}: {'JOINED', joinedAtMs, token, prequeue, admitted} (admitted
+-- 1 when the place is ACTIVE already, else 0); a rejoin that
 -- keeps its place {'WAITING'|'ACTIVE', 0, prequeue}; an account's live place {'HELD',
 -- 'WAITING'|'ACTIVE', token, prequeue}, where prequeue is 1 for a place of the
 -- pre-queue, else 0; {'ALREADY_BOOKED', 0, reservationId}; {'TOO_MANY_PLACES', cap};
 -- {'PROOF_OF_WORK', 'invalid'|'missing'|'used'|'easier'}; {'ACCOUNT_REQUIRED'}; {'EVENT_NOT_FOUND'};
--- {'EVENT_CLOSED'}; asking only, {'MAY_JOIN'}.
+-- {'EVENT_CLOSED'}; {'EVENT_REJECTING'}; asking only, {'MAY_JOIN'}.
 -- Validates every key before its first write (Redis keeps the writes done before an
 -- error): a bad key fails the script with nothing changed.
 -- needs: line
 local fields = redis.call('HMGET', meta, 'status', 'requireAccount', 'proofOfWork', 'maxPerAddress',
-  'draw', 'opensAt', 'drawSize', 'gen')
+  'draw', 'opensAt', 'drawSize', 'gen', 'mode', 'admitPerSecond', 'windowSeconds', 'maxActive', 'claimSeconds')
 local status = fields[1]
 if not status then return {'EVENT_NOT_FOUND'} end
 local gen = generation(fields[8])
@@ -107,8 +132,10 @@ local function prequeue(n)
   return 0
 end
 
--- A token of this line is 'WAITING', 'ACTIVE' (in its window, booked or not), or
--- nil: of another generation, left, or admitted and its window passed.
+-- A token of this line is 'WAITING', 'ACTIVE' (in its window, not booked, and
+-- not past its claim time unclaimed), or nil: of another generation, left, or
+-- admitted and its window passed. 'ACTIVE' comes with its place when this is the
+-- person coming back (claim_of: CLAIM).
 local function live(token)
   local n = number_of(token)
   if not issued(nonces, gen, token, n) then return nil end
@@ -119,15 +146,22 @@ local function live(token)
   local place = (draw == 'DONE' and prequeue(n) == 1) and drawn_place(drawpos, n) or n
   if is_set(left, place) then return nil end
   if place > head then return 'WAITING' end
-  local ends = window_of(windows, place)
-  if ends and ends > now and not is_set(booked_places, place) then return 'ACTIVE' end
+  local ends, to = window_of(windows, place)
+  if ends and ends > now and not is_set(booked_places, place) then
+    local claim = claim_of(claims, claimed, to, place, now)
+    if claim == 'PASSED' then return nil end
+    return 'ACTIVE', claim == 'CLAIM' and place or nil
+  end
   return nil
 end
 
 if old ~= '' then
-  local state = live(old)
+  local state, claiming = live(old)
+  if claiming then redis.call('SETBIT', claimed, claiming, 1) end
   if state then return {state, 0, prequeue(number_of(old))} end
 end
+local mode = fields[9] or 'queue'
+if mode == 'reject' then return {'EVENT_REJECTING'} end
 
 -- The live places of an owner, in the owner hash `bucket`.
 local function held(bucket, owner)
@@ -186,6 +220,35 @@ if bucket then redis.call('HLEN', bucket) end
 if site_owner ~= '' then redis.call('HLEN', site_bucket) end
 if proof then redis.call('SCARD', proofs) end
 
+-- Admitted here (safety-net, pass-through): read and checked before the first write.
+local through, newest
+if (mode == 'safety-net' or mode == 'pass-through') and status == 'OPEN' and draw ~= 'PENDING'
+    and counter(seats) > 0 then
+  local hole_count, active_count = counter(holes), counter(active)
+  local before = (tonumber(last) or 0) - head - hole_count  -- waiting ahead of the new place
+  local window_ms = (tonumber(fields[11] or '') or error(meta .. ': windowSeconds is not a number')) * 1000
+  local rate = tonumber(fields[10] or '') or error(meta .. ': admitPerSecond is not a number')
+  local cap = tonumber(fields[12] or 0) or error(meta .. ': maxActive is not a number')
+  local claim_ms = (tonumber(fields[13] or 0) or error(meta .. ': claimSeconds is not a number')) * 1000
+  redis.call('HLEN', per_window)
+  redis.call('HLEN', claims)
+  redis.call('STRLEN', claimed)
+  local entry = redis.call('ZRANGE', windows, -1, -1)[1]
+  if entry then
+    local to, from, ends, admitted = entry:match('^(%d+):(%d+):(%d+):(%d+)$')
+    if not to then error(windows .. ' holds an entry that is not to:from:end:admitted') end
+    if tonumber(to) == head and tonumber(ends) > now + window_ms - 1000 then
+      newest = {entry = entry, to = to, from = from, ends = ends, admitted = tonumber(admitted)}
+    end
+  end
+  local this_second = newest and newest.admitted or 0
+  if mode == 'pass-through' then
+    through = {admitted = before + 1, active = active_count, window_ms = window_ms, claim_ms = claim_ms}
+  elseif before == 0 and (cap == 0 or active_count < cap) and this_second < rate then
+    through = {admitted = 1, active = active_count, window_ms = window_ms, claim_ms = claim_ms}
+  end
+end
+
 if closing then redis.call('HSET', meta, 'drawSize', size) end
 local arrival = redis.call('INCR', seq)
 local number = string.char(math.floor(arrival / 4294967296) % 256, math.floor(arrival / 16777216) % 256,
@@ -213,4 +276,26 @@ if proof then
   redis.call('SADD', proofs, solution)
   redis.call('PEXPIREAT', proofs, proofs_until)
 end
-return {'JOINED', now, token, prequeue(arrival)}
+if through then
+  -- Places head+1..arrival: the waiting ones (pass-through) and this one, in order.
+  local from, ends, admitted = head + 1, now + through.window_ms, through.admitted
+  local claim_by = through.claim_ms > 0 and now + through.claim_ms or nil
+  if newest then
+    from, ends, admitted = newest.from, newest.ends, newest.admitted + admitted
+    redis.call('ZREM', windows, newest.entry)
+    local booked_in = redis.call('HGET', per_window, newest.to)
+    if booked_in then
+      redis.call('HDEL', per_window, newest.to)
+      redis.call('HSET', per_window, arrival, booked_in)
+    end
+    claim_by = redis.call('HGET', claims, newest.to) or claim_by
+    redis.call('HDEL', claims, newest.to)
+  end
+  redis.call('ZADD', windows, arrival, arrival .. ':' .. from .. ':' .. ends .. ':' .. admitted)
+  if claim_by then redis.call('HSET', claims, arrival, claim_by) end
+  if claim_by then redis.call('SETBIT', claimed, arrival, 1) end
+  redis.call('SET', popped, arrival)
+  redis.call('SET', holes, 0)
+  redis.call('SET', active, through.active + through.admitted)
+end
+return {'JOINED', now, token, prequeue(arrival), through and 1 or 0}

@@ -22,6 +22,8 @@
 -- KEY drawpos     STRING  drawn positions of the pre-queue's numbers, 4 bytes each
 -- KEY booked_places STRING bitmap of the places whose token booked
 -- KEY nonces      STRING  the random bytes of each number's token, 2 bytes a number
+-- KEY claims      HASH    per admission log entry, the time its people must come back by
+-- KEY claimed     STRING  bitmap of the admitted places that came back
 -- ARG token        16 raw bytes
 --
 -- Returns these, in this order (queue_app/line.py: PollReply), or {'EVENT_NOT_FOUND'}:
@@ -30,8 +32,9 @@
 --                 rank), ACTIVE (detail = window end, ms), BOOKED (detail =
 --                 reservation id), NOT_SAVED (detail = the reservation id that was
 --                 not saved, and ':' and the window end while the window is on: the
---                 person may book again), EXPIRED or NOT_FOUND (left, or a token of
---                 another generation of the line)
+--                 person may book again), UNCLAIMED (admitted, and its claim time ran
+--                 out before it came back: its slot went on; detail = the window end),
+--                 EXPIRED or NOT_FOUND (left, or a token of another generation of the line)
 -- REPLY waiting   totalWaiting
 -- REPLY seats     seats left
 -- REPLY status    the event's status
@@ -41,8 +44,9 @@
 -- REPLY prequeue  1 when the token's number is of the pre-queue
 -- REPLY position  its drawn position once drawn, else 0
 -- REPLY held      seats held by buyers paying now (lua/held_note.lua), which may come back
--- Writes nothing, and like the scripts that write, validates what it reads: a key of
--- the wrong type or a counter that is not a number fails the script.
+-- Writes only an admitted person's claim (lua/lib/line.lua: claim_of): this poll is
+-- them coming back. Validates what it reads before that write: a key of the wrong
+-- type or a counter that is not a number fails the script.
 -- needs: line
 local fields = redis.call('HMGET', meta, 'status', 'admitRate', 'opensAt', 'draw', 'drawSize', 'gen', 'held')
 local status = fields[1]
@@ -85,8 +89,13 @@ end
 local place = position > 0 and position or n
 if is_set(left, place) then return answer('NOT_FOUND') end
 if place <= head then
-  local ends = window_of(windows, place)
+  local ends, to = window_of(windows, place)
   local open = ends and ends > now and not is_set(booked_places, place)
+  if open then
+    local claim = claim_of(claims, claimed, to, place, now)
+    if claim == 'PASSED' then return answer('UNCLAIMED', ends) end
+    if claim == 'CLAIM' then redis.call('SETBIT', claimed, place, 1) end
+  end
   if not_saved then return answer('NOT_SAVED', open and (not_saved .. ':' .. ends) or not_saved) end
   if open then return answer('ACTIVE', ends) end
   return answer('EXPIRED')  -- admitted, and the window passed (or a booking was cancelled)

@@ -8,8 +8,9 @@
 -- for (known, of one section, each free: all or none) or the section asked for,
 -- its places left, and in a numbered one the best free seats (lua/lib/seats.lua).
 -- A token is active when its place was admitted by a tick whose window has not
--- passed (the admission log, lua/lib/line.lua), its person did not leave, and it
--- has not booked.
+-- passed (the admission log, lua/lib/line.lua), its person did not leave, it has
+-- not booked, and on an event with a claim time, it came back in time (a booking
+-- is coming back: it claims the place).
 -- On success: seats go down (and the section's places, and its seats show held, or
 -- sold on a free event), the booking mark is set (for the life of the event),
 -- the token no longer counts as active, and the booking, with every field its row needs
@@ -39,6 +40,8 @@
 -- KEY seat_index  HASH    seat id -> position, '#' .. position -> seat id
 -- KEY seat_state  STRING  2 bits a numbered seat: free, held, sold, blocked
 -- KEY section_left HASH   section -> places free
+-- KEY claims      HASH    per admission log entry, the time its people must come back by
+-- KEY claimed     STRING  bitmap of the admitted places that came back
 -- ARG token  token, 16 raw bytes
 -- ARG token_text  token, canonical text (for the outbox)
 -- ARG wanted  seats wanted
@@ -89,6 +92,8 @@ if fields[5] == 'PENDING' or place > counter(popped) or is_set(left, place) or i
 end
 local window_end, window = window_of(windows, place)
 if not window_end or window_end <= now_ms() then return {'NOT_ACTIVE'} end
+local claim = claim_of(claims, claimed, window, place, now_ms())
+if claim == 'PASSED' then return {'NOT_ACTIVE'} end
 
 local count = tonumber(wanted)
 local most = tonumber(fields[2] or 4)
@@ -154,6 +159,7 @@ if code ~= '' then
 end
 redis.call('SET', booked, reservation)
 redis.call('SETBIT', booked_places, place, 1)
+if claim == 'CLAIM' then redis.call('SETBIT', claimed, place, 1) end
 redis.call('HINCRBY', per_window, window, 1)
 redis.call('DECR', active)
 local seat_list = table.concat(seat_ids, ',')

@@ -24,10 +24,12 @@ class EventForm(forms.ModelForm):
             "event_id",
             "name",
             "status",
+            "mode",
             "total_seats",
             "admit_per_second",
             "active_window_seconds",
             "max_active_users",
+            "claim_seconds",
             "max_seats_per_booking",
             "proof_of_work",
             "require_account",
@@ -111,9 +113,11 @@ class EventAdmin(SeatMapAdmin, admin.ModelAdmin):
             _("Admission"),
             {
                 "fields": [
+                    "mode",
                     "admit_per_second",
                     "active_window_seconds",
                     "max_active_users",
+                    "claim_seconds",
                     "max_seats_per_booking",
                 ]
             },

@@ -175,6 +175,11 @@ class JoinedOutput(serializers.Serializer):
         help_text="A place in the pre-queue of a scheduled start: its public id in the draw "
         "(16 hexadecimal digits; GET /api/queue/draw). null for any other place.",
     )
+    status = serializers.ChoiceField(
+        choices=["WAITING", "ACTIVE"],
+        help_text="ACTIVE: admitted already (a safety-net event with room, a pass-through event, "
+        "or a rejoin that kept its active window); WAITING: in line, the tick admits it.",
+    )
 
 
 class RejoinedOutput(JoinedOutput):
@@ -182,7 +187,6 @@ class RejoinedOutput(JoinedOutput):
         help_text="true: the place (or the active window) was kept, same token; "
         "false: a new token at the back (the old one polls as what it was)"
     )
-    status = serializers.ChoiceField(choices=["WAITING", "ACTIVE"])
 
 
 class LeftOutput(serializers.Serializer):
@@ -191,11 +195,13 @@ class LeftOutput(serializers.Serializer):
 
 class PositionOutput(serializers.Serializer):
     status = serializers.ChoiceField(
-        choices=["PRE_QUEUE", "DRAWING", "WAITING", "ACTIVE", "BOOKED", "NOT_SAVED", "EXPIRED", "NOT_FOUND"],
+        choices="PRE_QUEUE DRAWING WAITING ACTIVE BOOKED NOT_SAVED UNCLAIMED EXPIRED NOT_FOUND".split(),
         help_text="PRE_QUEUE: joined before the event's scheduled start (opensAt); the order is drawn "
         "then. DRAWING: the start has passed and the draw is running; poll again soon. NOT_SAVED: "
         "a booking this token was told was pending (reservationId) was not saved and nothing was "
-        "charged; while activeExpiresAt is set the token may book again.",
+        "charged; while activeExpiresAt is set the token may book again. UNCLAIMED: admitted, but "
+        "the event's claim time ran out before the person came back (a poll, the booking page): "
+        "the slot went to the next person; rejoin to go to the back of the line.",
     )
     rank = serializers.IntegerField(allow_null=True, help_text="1-based, while WAITING")
     totalWaiting = serializers.IntegerField(source="total_waiting")  # noqa: N815

@@ -42,6 +42,8 @@ def event_publish(event: Event, *, sold: int | None = None) -> int:
         "price": event.price,
         "currency": event.currency,
         "holdSeconds": event.hold_seconds,
+        "mode": event.mode,
+        "claimSeconds": event.claim_seconds,
     }
     pairs = [x for item in fields.items() for x in item]
     # A start whose draw has happened is history: a line rebuilt after it (a reset,

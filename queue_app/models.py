@@ -61,6 +61,29 @@ class Event(models.Model):
     max_seats_per_booking = models.PositiveIntegerField(
         _("max seats per booking"), default=4, validators=[MinValueValidator(1)]
     )
+
+    class Mode(models.TextChoices):
+        # docs/modes.md; lua/join.lua applies them, a switch keeps every place.
+        QUEUE = "queue", _("Queue: everyone waits for the admission tick")
+        SAFETY_NET = "safety-net", _("Safety net: straight in while there is room and nobody waits")
+        PASS_THROUGH = "pass-through", _("Pass through: everyone straight in, still counted")
+        REJECT = "reject", _("Reject: no new places; people in line keep theirs")
+
+    mode = models.CharField(
+        _("mode"),
+        max_length=12,
+        choices=Mode.choices,
+        default=Mode.QUEUE,
+        help_text=_("How a new arrival is let in. Switching during a sale keeps every place."),
+    )
+    claim_seconds = models.PositiveIntegerField(
+        _("claim seconds"),
+        default=0,
+        help_text=_(
+            "An admitted person must come back (a poll or the booking page) within this time, "
+            "or their turn passes and the slot goes to the next person; 0 = no claim time."
+        ),
+    )
     # Protections against scripts (docs/fairness.md). Off by default: each one asks
     # something of a plain client. The admin's "hot sale" preset turns them on.
     proof_of_work = models.PositiveIntegerField(

@@ -70,7 +70,8 @@ class Joined:
     event_id: str
     joined_at: int | None  # ms on Redis' clock; None when the place was kept
     rejoined: bool = False  # rejoin: the place (or the active window) was kept
-    status: str = "WAITING"  # rejoin: WAITING or ACTIVE
+    # ACTIVE: admitted at once (a safety-net or pass-through event), or a rejoin's kept window
+    status: str = "WAITING"
     receipt: str | None = None  # a place of a scheduled start's pre-queue (docs/draw.md)
 
 
@@ -160,7 +161,10 @@ def _joined(
 ) -> Joined:
     outcome, *rest = reply
     if outcome == b"JOINED":
-        return Joined(Token.of(rest[1]).text, event_id, rest[0], receipt=_receipt(event_id, rest[1], rest[2]))
+        return Joined(
+            Token.of(rest[1]).text, event_id, rest[0], status="ACTIVE" if rest[3] else "WAITING",
+            receipt=_receipt(event_id, rest[1], rest[2]),
+        )  # fmt: skip
     if outcome in (b"WAITING", b"ACTIVE"):  # a rejoin that kept its place
         assert token is not None
         return Joined(
@@ -176,6 +180,8 @@ def _joined(
         raise DomainError("EVENT_NOT_FOUND")
     if outcome == b"EVENT_CLOSED":
         raise DomainError("EVENT_CLOSED")
+    if outcome == b"EVENT_REJECTING":
+        raise DomainError("EVENT_REJECTING")
     if outcome == b"ALREADY_BOOKED":
         raise DomainError("ALREADY_BOOKED", reservationId=rest[1].decode())
     if outcome == b"ACCOUNT_REQUIRED" and client.unconfirmed:
@@ -310,7 +316,7 @@ class Position:
     """What a poll shows a person. (Not frozen: a frozen dataclass sets each of its
     fields through object.__setattr__, a cost paid on every poll.)"""
 
-    status: str  # PRE_QUEUE, DRAWING, WAITING, ACTIVE, BOOKED, NOT_SAVED, EXPIRED or NOT_FOUND
+    status: str  # PRE_QUEUE, DRAWING, WAITING, ACTIVE, BOOKED, NOT_SAVED, UNCLAIMED, EXPIRED or NOT_FOUND
     rank: int | None  # 1-based, while WAITING
     total_waiting: int
     ahead: int | None
@@ -340,8 +346,8 @@ def _poll_call(event_id: str, token: Token) -> Call:
 _WORDS = {
     word.encode(): word
     for word in (
-        "PRE_QUEUE", "DRAWING", "WAITING", "ACTIVE", "BOOKED", "NOT_SAVED", "EXPIRED", "NOT_FOUND",
-        "EVENT_NOT_FOUND",
+        "PRE_QUEUE", "DRAWING", "WAITING", "ACTIVE", "BOOKED", "NOT_SAVED", "UNCLAIMED", "EXPIRED",
+        "NOT_FOUND", "EVENT_NOT_FOUND",
         "OPEN", "PAUSED", "CLOSED",
     )
 }  # fmt: skip

@@ -58,6 +58,12 @@ CODES: dict[str, Code] = {
         401, "this event needs a signed-in account (a session cookie)", "Sign in to take part in this event."
     ),
     "EVENT_CLOSED": Code(403, "the event does not accept this now", "This event's sale is not open."),
+    "EVENT_REJECTING": Code(
+        403,
+        "the operator has stopped new places for now (the event's mode is reject); places already "
+        "in line are kept",
+        "This line is not taking new people right now. Please try again later.",
+    ),
     "PROOF_OF_WORK": Code(
         403,
         "this event needs a solved challenge (GET /api/queue/challenge) in `altcha`; it was missing, "

@@ -566,6 +566,8 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "ENUM_GENERATE_CHOICE_DESCRIPTION": False,
+    # A join's and a rejoin's status: one choice set, named once.
+    "ENUM_NAME_OVERRIDES": {"PlaceStatusEnum": ["WAITING", "ACTIVE"]},
 }
 
 # --- Metrics and logs ---

@@ -17,6 +17,12 @@
 --            window ending at `end` ms)
 --   booked places  a bitmap by place: bit p set = the token at place p booked
 --            (whether or not the booking was cancelled since): no longer active
+--   claims   on an event with a claim time (meta claimSeconds; docs/modes.md): per
+--            admission log entry, by its `to`, the time (ms) its people must come
+--            back by, "<ms>", then "<ms>:<unclaimed>" once the tick has counted
+--            those who did not and given their slots to the next people
+--   claimed  a bitmap by place: bit p set = the person at place p came back after
+--            admission (a poll, the booking page, a rejoin, a booking)
 -- A place is the arrival number, except for the numbers of a drawn pre-queue (meta
 -- draw = DONE, numbers 1..drawSize), whose place is their drawn position.
 
@@ -93,4 +99,17 @@ local function window_of(windows, p)
   if not to then error(windows .. ' holds an entry that is not to:from:end:admitted') end
   if tonumber(from) > p then return nil end
   return tonumber(ends), to
+end
+
+-- An admitted place's claim (docs/modes.md), given the log entry `to` that admitted
+-- it: 'CLAIMED' when it came back or no claim time applies, 'CLAIM' when it comes
+-- back now, in time (the caller sets its bit of `claimed`), 'PASSED' when its claim
+-- time ran out before it came back: its slot went to the next person.
+local function claim_of(claims, claimed, to, p, now)
+  local deadline = redis.call('HGET', claims, to)
+  if not deadline or is_set(claimed, p) then return 'CLAIMED' end
+  local by, counted = deadline:match('^(%d+)(:?)')
+  if not by then error(claims .. ' holds a claim time that is not a number') end
+  if counted == '' and now <= tonumber(by) then return 'CLAIM' end
+  return 'PASSED'
 end

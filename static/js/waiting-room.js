@@ -120,6 +120,8 @@
     if (error.code === "ACCOUNT_REQUIRED") { signIn(); return true; }
     if (error.code === "EMAIL_UNCONFIRMED") { signIn(S.confirmEmail, S.confirmEmailLink, cfg.confirmUrl); return true; }
     if (error.code === "TOO_MANY_PLACES") { refused(); return true; }
+    // The operator has stopped new places for now: say why, and try again later.
+    if (error.code === "EVENT_REJECTING") { retry(error.message); return true; }
     showError(error.message);
     return true;
   }
@@ -482,12 +484,16 @@
         return ended(data);
       case "EXPIRED":
         return ended(data);
+      case "UNCLAIMED": // admitted while away, and the claim time ran out
+        if (!data.soldOut) { show("unclaimed"); return; }
+        return ended(data);
       default: // NOT_FOUND: the line forgot us (left, or a restore); take a new place
         return enter(true);
     }
   }
 
   $("rejoin").addEventListener("click", () => { show("joining"); enter(true); });
+  $("rejoin-unclaimed").addEventListener("click", () => { show("joining"); enter(true); });
   $("try-again").addEventListener("click", () => { status(S.joining); enter(false); });
   // A returning browser (F5) asks where it stands first: still waiting keeps its
   // place, an expired window is explained, and only an unknown token rejoins.

@@ -77,6 +77,8 @@ class EventKeys:
         "windows",
         "per_window",
         "active",
+        "claims",
+        "claimed",
         "booked_places",
         "seats",
         "sections",
@@ -123,6 +125,10 @@ class EventKeys:
         self.windows = key(event_id, "admit", "windows")
         self.per_window = key(event_id, "admit", "booked")
         self.active = key(event_id, "active", "count")
+        # The claim time (docs/modes.md): per window entry (by `to`) the time its
+        # people must come back by, and a bitmap of the places that came back.
+        self.claims = key(event_id, "admit", "claims")
+        self.claimed = key(event_id, "admit", "claimed")
         # The places whose token booked, a bitmap: no longer active, even once a
         # cancellation took the booking back.
         self.booked_places = key(event_id, "booking", "places")

@@ -57,13 +57,13 @@ class World:
         return store.EventKeys(self.event.event_id)
 
 
-def crowd(make_event: Callable[..., Event]) -> World:
+def crowd(make_event: Callable[..., Event], **fields: object) -> World:
     """A fresh event in mid-sale: 2 admitted, 5 waiting, 1 who left (a hole in the
     line between the first two now waiting), ticks and a rate on record.
 
     Line after setup: [t2, t3 (left), t4, t5, t6, t7]; the next tick admits t2, t4.
     """
-    event = make_event(admit_per_second=ADMIT_PER_SECOND, total_seats=100)
+    event = make_event(admit_per_second=ADMIT_PER_SECOND, total_seats=100, **fields)
     tokens = [parse_token(services.queue_join(event_id=event.event_id).token) for _ in range(8)]
     tick = admission.event_admit(event.event_id)  # a fresh event's first tick always runs
     assert (tick.outcome, tick.admitted) == ("ADMITTED", ADMIT_PER_SECOND)
@@ -118,6 +118,35 @@ def _protected(world: World, **protections: object) -> World:
 def _solved(event_id: str) -> str:
     challenge = altcha.Challenge.from_dict(proof.challenge(event_id, 1))
     return altcha.Payload(challenge, altcha.solve_challenge(challenge)).to_base64()
+
+
+def crowd_pass_through(make_event: Callable[..., Event]) -> World:
+    """The crowd, on a pass-through event with a claim time: the next join admits the
+    whole line up to itself, writing what a tick writes (docs/modes.md)."""
+    world = crowd(make_event, claim_seconds=20)
+    world.extra["nonce"] = tokens.new_nonce()
+    world.event.mode = Event.Mode.PASS_THROUGH
+    events.event_publish(world.event)
+    return world
+
+
+def crowd_claiming(make_event: Callable[..., Event]) -> World:
+    """The crowd, on an event with a claim time; the person the call is about is
+    admitted and has not come back yet: the call is them coming back."""
+    world = crowd(make_event, claim_seconds=20)
+    world.token = world.tokens[0]
+    world.extra["nonce"] = tokens.new_nonce()
+    return world
+
+
+def crowd_claim_passed(make_event: Callable[..., Event]) -> World:
+    """The crowd, whose admitted people's claim time has just passed unclaimed: the
+    next tick counts them and gives their slots on."""
+    world = crowd(make_event, claim_seconds=20)
+    k = world.keys
+    for to in store.client().hkeys(k.claims):
+        store.client().hset(k.claims, to, store.now_ms(world.event.event_id) - 1)
+    return world
 
 
 def crowd_head_left(make_event: Callable[..., Event]) -> World:
@@ -492,6 +521,16 @@ class Case:
 CASES = [
     # A plain join reads no place (3-5, 11, 13) and no owner (8-10: meta stands in).
     Case("join", crowd_new_person, join, keys=(1, 2, 6, 7, 8, 9, 10, 14), counters=(2, 7)),
+    # Admitted by the join itself: the head's counters and the admission log (5, 16-19).
+    Case(
+        "join",
+        crowd_pass_through,
+        join,
+        keys=(1, 2, 5, 6, 7, 8, 9, 10, 14, 16, 17, 18, 19, 20, 21),
+        counters=(2, 7, 16, 18, 19),
+    ),  # fmt: skip
+    # Coming back in time: the claims (20) and the bitmap of those who came (21).
+    Case("join", crowd_claiming, rejoin, keys=(1, 3, 5, 6, 7, 13, 14, 20, 21), counters=(7,)),
     Case("join", crowd_account, join_protected, keys=(1, 2, 6, 7, 8, 10, 14), counters=(2, 7)),
     Case("join", crowd_capped, join_protected, keys=(1, 2, 6, 7, 9, 10, 14), counters=(2, 7)),
     Case("join", crowd_capped_ipv6, join_protected, keys=(1, 2, 6, 7, 9, 10, 14, 15), counters=(2, 7)),
@@ -508,11 +547,13 @@ CASES = [
     Case("leave", drawn, leave, keys=(1, 2, 4, 5, 6, 7, 8), counters=(5, 6)),
     Case("poll", crowd, poll, keys=(1, 2, 3, 4, 5, 8, 9, 12), counters=(2, 3, 5, 9)),
     Case("poll", crowd_active, poll, keys=(1, 2, 3, 4, 5, 7, 8, 9, 11, 12), counters=(2, 3, 5, 9)),
+    Case("poll", crowd_claiming, poll, keys=(1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 13, 14), counters=(2, 3, 5, 9)),
     Case("poll", pre_queue, poll, keys=(1, 2, 3, 5, 6, 8, 9, 12), counters=(2, 3, 5, 9)),
     Case("poll", drawn, poll, keys=(1, 2, 3, 4, 5, 8, 9, 10, 12), counters=(2, 3, 5, 9)),
     Case("line_state", crowd, line_state, keys=(1, 2, 3, 4, 5, 6), counters=(2, 3, 4, 5)),
-    Case("admit", crowd, admit, keys=tuple(range(1, 12)), counters=(2, 3, 5, 8, 9, 10)),
-    Case("admit", drawn, admit, keys=tuple(range(1, 12)), counters=(2, 3, 5, 8, 9, 10)),
+    Case("admit", crowd, admit, keys=tuple(range(1, 14)), counters=(2, 3, 5, 8, 9, 10)),
+    Case("admit", drawn, admit, keys=tuple(range(1, 14)), counters=(2, 3, 5, 8, 9, 10)),
+    Case("admit", crowd_claim_passed, admit, keys=tuple(range(1, 14)), counters=(2, 3, 5, 8, 9, 10)),
     Case("event_sync", crowd, publish, keys=(1, 2, 3), counters=(2, 3)),
     Case("draw_close", drawing, close_pre_queue, keys=(1, 2, 3, 4), counters=(2, 3)),
     Case("draw_done", drawn_but_not_switched, switch, keys=tuple(range(1, 9)), counters=(7,)),
@@ -521,6 +562,13 @@ CASES = [
     Case("reserve", booking_stranded, reserve, keys=(1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12), counters=(4, 6, 9)),
     Case(
         "reserve", drawn_stranded, reserve, keys=(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12), counters=(4, 6, 9)
+    ),
+    Case(
+        "reserve",
+        crowd_claiming,
+        reserve,
+        keys=(1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 17, 18),
+        counters=(4, 6, 9),
     ),
     Case("release", booking_stranded, release, keys=(1, 2, 3, 4, 5, 6, 7, 9), counters=(2, 6)),
     Case("release", drawn_stranded, release, keys=(1, 2, 3, 4, 5, 6, 7, 8, 9), counters=(2, 6)),

@@ -47,6 +47,12 @@ class Command(BaseCommand):
         parser.add_argument("--ttl", type=int, help="active window in seconds")
         parser.add_argument("--max-active", type=int, help="most people active at once (0 = no cap)")
         parser.add_argument("--max-per-booking", type=int, help="most seats in one booking")
+        parser.add_argument(
+            "--mode", choices=Event.Mode.values, help="how arrivals are let in (docs/modes.md)"
+        )
+        parser.add_argument(
+            "--claim", type=int, help="seconds an admitted person has to come back (0 = no claim time)"
+        )
         parser.add_argument("--name", help="display name")
         parser.add_argument(
             "--proof-of-work", type=int, help="difficulty of the proof of work at join (0 = off)"
@@ -109,6 +115,7 @@ class Command(BaseCommand):
             "ttl",
             "max_active",
             "max_per_booking",
+            "claim",
             "proof_of_work",
             "max_places_per_address",
             "max_seats_per_buyer",
@@ -132,6 +139,8 @@ class Command(BaseCommand):
             ("ttl", "active_window_seconds"),
             ("max_active", "max_active_users"),
             ("max_per_booking", "max_seats_per_booking"),
+            ("mode", "mode"),
+            ("claim", "claim_seconds"),
             ("name", "name"),
             ("proof_of_work", "proof_of_work"),
             ("require_account", "require_account"),
@@ -187,7 +196,8 @@ class Command(BaseCommand):
         self.stdout.write(
             f"{verb} event {event_id}: {event.total_seats} seats ({left} left), "
             f"{event.admit_per_second}/s, window {event.active_window_seconds}s, "
-            f"max active {event.max_active_users or 'no cap'}, status {event.status}"
+            f"max active {event.max_active_users or 'no cap'}, status {event.status}, mode {event.mode}"
+            + (f", claim within {event.claim_seconds}s" if event.claim_seconds else "")
             + (
                 f", {money.shown(event.price, event.currency)} a seat, held {event.hold_seconds}s, "
                 f"{event.refund_percent}% refunded to a buyer who cancels"
