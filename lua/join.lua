@@ -42,6 +42,8 @@
 -- KEY booked_places STRING bitmap of the places whose token booked
 -- KEY nonces      STRING  the random bytes of each number's token, 2 bytes a number
 -- KEY site_bucket HASH    the owner hash of the client's IPv6 /48's tokens
+-- KEY codes       HASH    a presale's codes: the first 16 bytes of a code's hash -> uses left
+--                         (queue_app/presale.py)
 -- ARG old  rejoin: the old token, 16 raw bytes; join: ''
 -- ARG event_id  event id
 -- ARG ipad  the key's inner HMAC pad, 64 bytes
@@ -59,6 +61,9 @@
 -- ARG ask  '1': only ask whether the cap lets this client in (the challenge
 --          endpoint's advice, before a proof of work is spent): {'MAY_JOIN'} where
 --          the proof would be checked, nothing written; else ''
+-- ARG code  a presale code's field in `codes` (16 bytes), or '' when none was sent
+-- ARG presale_pass  whether the signed-in account is on the event's presale allow-list:
+--          '1' yes, '0' no, '' not asked yet (the script asks, with PRESALE_PASS)
 --
 -- An event with a scheduled start (meta opensAt, draw = PENDING; docs/draw.md): a
 -- join before the start enters the pre-queue, numbers 1..drawSize, drawn into the
@@ -67,12 +72,19 @@
 -- far), and takes the next number, behind it. Once the draw is DONE, a pre-queue
 -- number's place is its drawn position.
 --
+-- A presale (meta presaleUntil, ms; docs/presale.md): until then a new place needs
+-- the account on the allow-list or a code with a use left, spent with the place's
+-- writes. A place kept (a rejoin, an account's live place) needs neither; after the
+-- presale a code sent is ignored.
+--
 -- Returns {outcome, ...}: {'JOINED', joinedAtMs, token, prequeue}; a rejoin that
 -- keeps its place {'WAITING'|'ACTIVE', 0, prequeue}; an account's live place {'HELD',
 -- 'WAITING'|'ACTIVE', token, prequeue}, where prequeue is 1 for a place of the
 -- pre-queue, else 0; {'ALREADY_BOOKED', 0, reservationId}; {'TOO_MANY_PLACES', cap};
 -- {'PROOF_OF_WORK', 'invalid'|'missing'|'used'|'easier'}; {'ACCOUNT_REQUIRED'}; {'EVENT_NOT_FOUND'};
--- {'EVENT_CLOSED'}; asking only, {'MAY_JOIN'}.
+-- {'EVENT_CLOSED'}; {'PRESALE_CODE_REQUIRED'}, {'PRESALE_CODE_INVALID'},
+-- {'PRESALE_CODE_USED_UP'}; {'PRESALE_PASS'} (say whether the account is on the
+-- allow-list, and ask again); asking only, {'MAY_JOIN'}.
 -- Validates every key before its first write (Redis keeps the writes done before an
 -- error): a bad key fails the script with nothing changed.
 -- needs: line
@@ -169,6 +181,22 @@ if proof then
   if redis.call('SISMEMBER', proofs, solution) == 1 then return {'PROOF_OF_WORK', 'used'} end
 end
 
+-- --- Presale: a pass, or a code with a use left (spent below, with the writes) ---
+local spend = false
+local presale_until = tonumber(redis.call('HGET', meta, 'presaleUntil') or '')
+if presale_until and now < presale_until and presale_pass ~= '1' then
+  -- An account on the allow-list spends no code: ask the caller first.
+  if presale_pass == '' and account ~= '' then return {'PRESALE_PASS'} end
+  if code == '' then return {'PRESALE_CODE_REQUIRED'} end
+  local uses = redis.call('HGET', codes, code)
+  if not uses then return {'PRESALE_CODE_INVALID'} end
+  -- HINCRBY's own rule (an integer), checked here: it runs after the writes.
+  if not uses:match('^%-?%d+$') or #uses > 18 then error(codes .. ': uses left is not a number') end
+  if tonumber(uses) <= 0 then return {'PRESALE_CODE_USED_UP'} end
+  spend = true
+end
+-- --- end of presale ---
+
 -- The keys about to be written, checked first: a write that fails after INCR
 -- would leave a number issued to nobody. The pattern is INCR's own rule (an integer
 -- without leading zeros), kept within the token's 40 bits.
@@ -213,4 +241,5 @@ if proof then
   redis.call('SADD', proofs, solution)
   redis.call('PEXPIREAT', proofs, proofs_until)
 end
+if spend then redis.call('HINCRBY', codes, code, -1) end  -- presale
 return {'JOINED', now, token, prequeue(arrival)}
