@@ -38,6 +38,13 @@ def may_hold_place(user_id: int) -> bool:
     return ConfirmedEmail.objects.filter(user_id=user_id).exists()
 
 
+def confirmed_email(user_id: int) -> str | None:
+    """The account's confirmed email address, or None: what a presale's allow-list
+    of email domains reads (an address typed at sign-up and never confirmed proves
+    nothing about where its owner works or studies)."""
+    return ConfirmedEmail.objects.filter(user_id=user_id).values_list("email", flat=True).first()
+
+
 def confirmed_address(user: AbstractBaseUser) -> str | None:
     found = ConfirmedEmail.objects.filter(user=user).values_list("email", flat=True).first()
     return found

@@ -25,7 +25,8 @@
 --
 -- KEY meta        HASH    status, gen, requireAccount, proofOfWork, maxPerAddress, draw,
 --                         opensAt, drawSize (written when this join closes the pre-queue),
---                         mode, admitPerSecond, windowSeconds, maxActive, claimSeconds
+--                         mode, admitPerSecond, windowSeconds, maxActive, claimSeconds,
+--                         presaleUntil
 -- KEY seq         STRING  last arrival number issued
 -- KEY left        STRING  bitmap of the places whose person left
 -- KEY leftpre     STRING  bitmap of the pre-queue numbers whose person left before the draw
@@ -49,6 +50,8 @@
 -- KEY seats       STRING  seats left
 -- KEY claims      HASH    per admission log entry, the time its people must come back by
 -- KEY claimed     STRING  bitmap of the admitted places that came back
+-- KEY codes       HASH    a presale's codes: the first 16 bytes of a code's hash -> uses left
+--                         (queue_app/presale.py)
 -- ARG old  rejoin: the old token, 16 raw bytes; join: ''
 -- ARG event_id  event id
 -- ARG ipad  the key's inner HMAC pad, 64 bytes
@@ -66,6 +69,9 @@
 -- ARG ask  '1': only ask whether the cap lets this client in (the challenge
 --          endpoint's advice, before a proof of work is spent): {'MAY_JOIN'} where
 --          the proof would be checked, nothing written; else ''
+-- ARG code  a presale code's field in `codes` (16 bytes), or '' when none was sent
+-- ARG presale_pass  whether the signed-in account is on the event's presale allow-list:
+--          '1' yes, '0' no, '' not asked yet (the script asks, with PRESALE_PASS)
 --
 -- An event with a scheduled start (meta opensAt, draw = PENDING; docs/draw.md): a
 -- join before the start enters the pre-queue, numbers 1..drawSize, drawn into the
@@ -73,6 +79,11 @@
 -- join after the start closes the pre-queue (sets drawSize to the numbers issued so
 -- far), and takes the next number, behind it. Once the draw is DONE, a pre-queue
 -- number's place is its drawn position.
+--
+-- A presale (meta presaleUntil, ms; docs/presale.md): until then a new place needs
+-- the account on the allow-list or a code with a use left, spent with the place's
+-- writes. A place kept (a rejoin, an account's live place) needs neither; after the
+-- presale a code sent is ignored.
 --
 -- The event's mode (meta mode; docs/modes.md) decides whether a new place waits
 -- for the tick. `queue` (or none): it does. `safety-net`: while nobody waits (every
@@ -97,12 +108,15 @@
 -- 'WAITING'|'ACTIVE', token, prequeue}, where prequeue is 1 for a place of the
 -- pre-queue, else 0; {'ALREADY_BOOKED', 0, reservationId}; {'TOO_MANY_PLACES', cap};
 -- {'PROOF_OF_WORK', 'invalid'|'missing'|'used'|'easier'}; {'ACCOUNT_REQUIRED'}; {'EVENT_NOT_FOUND'};
--- {'EVENT_CLOSED'}; {'EVENT_REJECTING'}; asking only, {'MAY_JOIN'}.
+-- {'EVENT_CLOSED'}; {'EVENT_REJECTING'}; {'PRESALE_CODE_REQUIRED'}, {'PRESALE_CODE_INVALID'},
+-- {'PRESALE_CODE_USED_UP'}; {'PRESALE_PASS'} (say whether the account is on the
+-- allow-list, and ask again); asking only, {'MAY_JOIN'}.
 -- Validates every key before its first write (Redis keeps the writes done before an
 -- error): a bad key fails the script with nothing changed.
 -- needs: line
 local fields = redis.call('HMGET', meta, 'status', 'requireAccount', 'proofOfWork', 'maxPerAddress',
-  'draw', 'opensAt', 'drawSize', 'gen', 'mode', 'admitPerSecond', 'windowSeconds', 'maxActive', 'claimSeconds')
+  'draw', 'opensAt', 'drawSize', 'gen', 'mode', 'admitPerSecond', 'windowSeconds', 'maxActive', 'claimSeconds',
+  'presaleUntil')
 local status = fields[1]
 if not status then return {'EVENT_NOT_FOUND'} end
 local gen = generation(fields[8])
@@ -203,6 +217,22 @@ if proof then
   if redis.call('SISMEMBER', proofs, solution) == 1 then return {'PROOF_OF_WORK', 'used'} end
 end
 
+-- --- Presale: a pass, or a code with a use left (spent below, with the writes) ---
+local spend = false
+local presale_until = tonumber(fields[14] or '')
+if presale_until and now < presale_until and presale_pass ~= '1' then
+  -- An account on the allow-list spends no code: ask the caller first.
+  if presale_pass == '' and account ~= '' then return {'PRESALE_PASS'} end
+  if code == '' then return {'PRESALE_CODE_REQUIRED'} end
+  local uses = redis.call('HGET', codes, code)
+  if not uses then return {'PRESALE_CODE_INVALID'} end
+  -- HINCRBY's own rule (an integer), checked here: it runs after the writes.
+  if not uses:match('^%-?%d+$') or #uses > 18 then error(codes .. ': uses left is not a number') end
+  if tonumber(uses) <= 0 then return {'PRESALE_CODE_USED_UP'} end
+  spend = true
+end
+-- --- end of presale ---
+
 -- The keys about to be written, checked first: a write that fails after INCR
 -- would leave a number issued to nobody. The pattern is INCR's own rule (an integer
 -- without leading zeros), kept within the token's 40 bits.
@@ -298,4 +328,5 @@ if through then
   redis.call('SET', holes, 0)
   redis.call('SET', active, through.active + through.admitted)
 end
+if spend then redis.call('HINCRBY', codes, code, -1) end  -- presale
 return {'JOINED', now, token, prequeue(arrival), through and 1 or 0}

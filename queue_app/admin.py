@@ -1,5 +1,5 @@
 """The operator's admin: events with live numbers, open/pause/close, live settings,
-and an event's seat map (queue_app/admin_seats.py)."""
+an event's seat map (queue_app/admin_seats.py) and its presale (queue_app/admin_presale.py)."""
 
 from django import forms
 from django.contrib import admin, messages
@@ -12,6 +12,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from queue_app import events, live
+from queue_app.admin_presale import PresaleAdmin, PresaleAllowInline
 from queue_app.admin_seats import SeatMapAdmin
 from queue_app.models import Event
 from ticketing import money
@@ -39,6 +40,7 @@ class EventForm(forms.ModelForm):
             "currency",
             "hold_seconds",
             "opens_at",
+            "public_from",
         ]
 
     def clean_opens_at(self) -> object:
@@ -72,6 +74,8 @@ REFUSALS = {
     "forged_token": _("forged token"),
     "cap": _("cap"),
     "proof_of_work": _("proof of work"),
+    "presale": _("presale, no code"),
+    "presale_code": _("presale code refused"),
 }
 
 
@@ -82,7 +86,7 @@ def refusal_name(reason: str) -> str:
 
 
 @admin.register(Event)
-class EventAdmin(SeatMapAdmin, admin.ModelAdmin):
+class EventAdmin(SeatMapAdmin, PresaleAdmin, admin.ModelAdmin):
     form = EventForm
     list_display = (
         "event_id",
@@ -107,6 +111,7 @@ class EventAdmin(SeatMapAdmin, admin.ModelAdmin):
     list_filter = ("status",)
     search_fields = ("event_id", "name")
     actions = ["open_events", "pause_events", "close_events", "hot_sale", "protections_off"]
+    inlines = [PresaleAllowInline]
     fieldsets = [
         (None, {"fields": ["event_id", "name", "status", "total_seats"]}),
         (
@@ -160,6 +165,18 @@ class EventAdmin(SeatMapAdmin, admin.ModelAdmin):
                 "fields": ["opens_at", "draw_link"],
             },
         ),
+        (
+            _("Presale"),
+            {
+                "description": _(
+                    "Before the public start, only people with a presale code (made on the presale codes "
+                    "page, handed over once as a file) or a signed-in account on the allow-list below "
+                    "may join; a code of several uses gives that many places. From the public start, "
+                    "anyone may join. A scheduled start's draw applies to presale joins as to any."
+                ),
+                "fields": ["public_from", "presale_link"],
+            },
+        ),
         (_("Record"), {"fields": ["created_at", "updated_at"]}),
     ]
 
@@ -181,9 +198,9 @@ class EventAdmin(SeatMapAdmin, admin.ModelAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: Event | None = None) -> tuple:
         # The id names the Redis keys: renaming it would orphan the live line.
         return (
-            ("event_id", "draw_link", "created_at", "updated_at")
+            ("event_id", "draw_link", "presale_link", "created_at", "updated_at")
             if obj
-            else ("draw_link", "created_at", "updated_at")
+            else ("draw_link", "presale_link", "created_at", "updated_at")
         )
 
     @admin.display(description=_("draw"))
@@ -197,6 +214,14 @@ class EventAdmin(SeatMapAdmin, admin.ModelAdmin):
             else gettext("commitment %(c)s…") % {"c": found.commitment[:16]}
         )
         return format_html('<a href="{}">{}</a>', reverse("draw-page", args=[obj.event_id]), state)
+
+    @admin.display(description=_("presale codes"))
+    def presale_link(self, obj: Event | None) -> str:
+        if obj is None or not obj.pk:
+            return "–"
+        url = reverse("admin:queue_app_event_presale", args=[obj.pk])
+        made = gettext("%(n)s codes") % {"n": f"{obj.presale_codes.count():,}"}
+        return format_html('<a href="{}">{}</a>', url, made)
 
     def _live(self, obj: Event) -> dict:
         # One pipelined round trip per event, cached for the row's columns.
@@ -238,6 +263,11 @@ class EventAdmin(SeatMapAdmin, admin.ModelAdmin):
             path("<int:pk>/live/", self.admin_site.admin_view(self.live_page), name="queue_app_event_live"),
             path(
                 "<int:pk>/seats/", self.admin_site.admin_view(self.seats_page), name="queue_app_event_seats"
+            ),
+            path(
+                "<int:pk>/presale/",
+                self.admin_site.admin_view(self.presale_page),
+                name="queue_app_event_presale",
             ),
             path(
                 "<int:pk>/live.json",

@@ -23,7 +23,7 @@ from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from queue_app import availability, draw, proof, services, tokens
+from queue_app import availability, draw, presale, proof, services, tokens
 from queue_app.layout import seat_map_layout
 from queue_app.models import EVENT_ID_PATTERN, Event
 from ticketing.api import Endpoint, StrictField, responses
@@ -57,6 +57,9 @@ JOIN_REFUSALS = {
     "INVALID_TOKEN": "forged_token",
     "TOO_MANY_PLACES": "cap",
     "PROOF_OF_WORK": "proof_of_work",
+    "PRESALE_CODE_REQUIRED": "presale",
+    "PRESALE_CODE_INVALID": "presale_code",
+    "PRESALE_CODE_USED_UP": "presale_code",
 }
 
 
@@ -113,6 +116,26 @@ class ProofField(StrictField):
         super().__init__(required=False, source="proof", **kwargs)
 
 
+@extend_schema_field(
+    {
+        "type": "string",
+        "maxLength": presale.CODE_INPUT_MAX,
+        "example": "ABCDE-FGH23",
+        "description": f"A presale code, as printed: {presale.CODE_LENGTH} letters and digits (no I, O, 0 "
+        "or 1), in any case, spaces and hyphens ignored. Needed only while the event is in its presale "
+        "(before its public start), for a new place, unless the signed-in account is on the event's "
+        "allow-list; a code of K uses gives K places, and a refused join spends nothing. Ignored "
+        "after the presale and for a place kept (a rejoin). Without one in the presale: "
+        "PRESALE_CODE_REQUIRED; unknown: PRESALE_CODE_INVALID; spent: PRESALE_CODE_USED_UP.",
+    }
+)
+class PresaleCodeField(StrictField):
+    parse = staticmethod(presale.parse_code)
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(required=False, source="presale_code", **kwargs)
+
+
 # A token in an example stands in for the person's own: no example can hold one.
 EXAMPLE_TOKEN = "00000000-0000-8000-8000-000000000000"
 TOKEN_TO_FILL = (
@@ -144,6 +167,7 @@ class EventInput(serializers.Serializer):
 
 class JoinInput(EventInput):
     altcha = ProofField()
+    presaleCode = PresaleCodeField()  # noqa: N815
 
 
 class TokenInput(serializers.Serializer):
@@ -153,6 +177,7 @@ class TokenInput(serializers.Serializer):
 
 class RejoinInput(TokenInput):
     altcha = ProofField()
+    presaleCode = PresaleCodeField()  # noqa: N815
 
 
 class ChallengeOutput(serializers.Serializer):
@@ -248,7 +273,8 @@ class PositionOutput(serializers.Serializer):
 
 class JoinView(Endpoint):
     """A new person: a fresh token at the back of the line. On an account event, an
-    account that holds a live place gets that place back (joinedAt null)."""
+    account that holds a live place gets that place back (joinedAt null). During an
+    event's presale, only with a presale code or an account on its allow-list."""
 
     Input, Output = JoinInput, JoinedOutput
     throttle_classes = [JoinThrottle]
@@ -276,6 +302,9 @@ class JoinView(Endpoint):
             "EVENT_CLOSED",
             "RATE_LIMIT",
             "TOO_MANY_PLACES",
+            "PRESALE_CODE_REQUIRED",
+            "PRESALE_CODE_INVALID",
+            "PRESALE_CODE_USED_UP",
         ),
     )
     def post(self, request: Request) -> Response:
@@ -314,6 +343,9 @@ class RejoinView(Endpoint):
             "ALREADY_BOOKED",
             "RATE_LIMIT",
             "TOO_MANY_PLACES",
+            "PRESALE_CODE_REQUIRED",
+            "PRESALE_CODE_INVALID",
+            "PRESALE_CODE_USED_UP",
         ),
     )
     def post(self, request: Request) -> Response:

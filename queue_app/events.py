@@ -3,7 +3,7 @@ read it, wiped when it is done with, and its live numbers."""
 
 import time
 
-from queue_app import seating, tokens
+from queue_app import presale, seating, tokens
 from queue_app.models import Draw, Event
 from ticketing import metrics, store
 from ticketing.errors import REDIS_ERRORS
@@ -44,6 +44,7 @@ def event_publish(event: Event, *, sold: int | None = None) -> int:
         "holdSeconds": event.hold_seconds,
         "mode": event.mode,
         "claimSeconds": event.claim_seconds,
+        "presaleUntil": presale.until_ms(event),
     }
     pairs = [x for item in fields.items() for x in item]
     # A start whose draw has happened is history: a line rebuilt after it (a reset,
@@ -67,6 +68,7 @@ def event_publish(event: Event, *, sold: int | None = None) -> int:
         raise LineStarted(f"{event.event_id}: people have joined the line; it cannot get a start time now.")
     if outcome == b"PRE_QUEUE_JOINED":
         raise LineStarted(f"{event.event_id}: people have joined the pre-queue; its start can move, not go.")
+    presale.codes_publish(event)
     mapped = seating.seat_map_publish(event)
     store.client().sadd(store.EVENTS_KEY, event.event_id)
     return left if mapped is None else mapped

@@ -20,6 +20,8 @@ from ticketing import money
 # full with EVENT_ID_RE (its `$` would also match before a trailing newline).
 EVENT_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 EVENT_ID_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")
+# A presale allow-list's email domain: labels of letters, digits and hyphens, lower case.
+EMAIL_DOMAIN_RE = re.compile(r"\A(?=.{1,253}\Z)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}\Z")
 
 
 # Proof-of-work difficulty a phone solves in about 1-2 s (docs/fairness.md).
@@ -176,6 +178,17 @@ class Event(models.Model):
             "Scheduled start: people who join before it are placed in the line in a random "
             "order drawn at this time, which anyone can check; later arrivals follow in order. "
             "Empty: the line is first come, first served from the first join."
+        ),
+    )
+    # A presale (queue_app/presale.py): until this time only holders of a presale
+    # code or accounts on the event's allow-list take a new place.
+    public_from = models.DateTimeField(
+        _("public from"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "Presale: before this time, only people with a presale code or an account on the "
+            "allow-list may join; everyone may from then on. Empty: no presale."
         ),
     )
     # When the event last became CLOSED: its Redis data goes EVENT_PURGE_AFTER_SECONDS
@@ -373,3 +386,92 @@ class Seat(models.Model):
 
     def __str__(self) -> str:
         return self.seat_id
+
+
+class PresaleCode(models.Model):
+    """A presale code (queue_app/presale.py): only its keyed hash is kept, the code
+    itself is shown once, when it is made. Its uses are counted in Redis, where a
+    join spends one in the same step as it takes the place."""
+
+    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="presale_codes")
+    # HMAC-SHA256 of the event and the code, keyed by the server's secret, in hex: a
+    # copy of the table does not give the codes back (50 bits would be guessed from a
+    # plain hash in hours).
+    code_hash = models.CharField(_("code hash"), max_length=64, editable=False)
+    uses = models.PositiveIntegerField(
+        _("uses"), default=1, validators=[MinValueValidator(1)], help_text=_("Places the code gives.")
+    )
+    note = models.CharField(_("note"), max_length=200, blank=True, help_text=_("Who the codes went to."))
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("presale code")
+        verbose_name_plural = _("presale codes")
+        ordering = ["-created_at", "pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["event", "code_hash"], name="one_code_hash_per_event"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.code_hash[:12]}…"
+
+
+class PresaleAllow(models.Model):
+    """An entry of an event's presale allow-list: an account, or every account whose
+    confirmed email address is at a domain (or one of its subdomains)."""
+
+    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="presale_allows")
+    account = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("account"),
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    email_domain = models.CharField(
+        _("email domain"),
+        max_length=253,
+        blank=True,
+        validators=[RegexValidator(EMAIL_DOMAIN_RE, _("A domain, such as example.com."))],
+        help_text=_("Accounts whose confirmed email address is at this domain or one of its subdomains."),
+    )
+
+    class Meta:
+        verbose_name = _("presale allow-list entry")
+        verbose_name_plural = _("presale allow-list")
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    models.Q(account__isnull=False, email_domain="")
+                    | (models.Q(account__isnull=True) & ~models.Q(email_domain=""))
+                ),
+                name="presale_allow_account_or_domain",
+            ),
+            models.UniqueConstraint(
+                fields=["event", "account"],
+                condition=models.Q(account__isnull=False),
+                name="one_presale_allow_per_account",
+            ),
+            models.UniqueConstraint(
+                fields=["event", "email_domain"],
+                condition=~models.Q(email_domain=""),
+                name="one_presale_allow_per_domain",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.email_domain or str(self.account)
+
+    def save(self, *args, **kwargs) -> None:
+        self.email_domain = self.normal_domain(self.email_domain)
+        super().save(*args, **kwargs)
+
+    def clean(self) -> None:
+        if (self.account_id is None) == (not self.email_domain):
+            raise ValidationError(_("Name an account or an email domain, not both."))
+
+    @staticmethod
+    def normal_domain(value: str) -> str:
+        """A domain as the list keeps it: "@Example.com " is example.com."""
+        return value.strip().lstrip("@").lower()

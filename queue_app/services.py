@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 from django.utils.module_loading import import_string
 
-from queue_app import cadence, draw, line, tokens
+from queue_app import cadence, draw, line, presale, tokens
 from queue_app import proof as queue_proof
 from queue_app.models import EVENT_ID_RE
 from queue_app.tokens import Token, issued
@@ -56,7 +56,7 @@ _JOIN = store.Caller(
     "join",
     passes=(
         "booked account_bucket address_bucket site_bucket proofs old event_id ipad opad account address "
-        "solution proofs_until nonce difficulty site site_factor ask"
+        "solution proofs_until nonce difficulty site site_factor ask code presale_pass"
     ),
 )
 _LEAVE = store.Caller("leave", passes="token")
@@ -91,17 +91,26 @@ class Client:
 
 
 def _join_call(
-    event_id: str, token: Token | None, proof: str | None, client: Client
+    event_id: str,
+    token: Token | None,
+    proof: str | None,
+    client: Client,
+    presale_code: str | None = None,
+    presale_pass: str = "",
 ) -> tuple[Call, DomainError | None]:
     """join (token None) or rejoin: the script issues and signs a new token when the
     person goes to the back; its index bucket is the new nonce's. A payload that
     does not verify is the script's to refuse, in its order (an unknown event
     first): returned beside the call, for `_joined` to raise with its reason."""
+    code = b"" if presale_code is None else presale.code_key(event_id, presale_code)
     try:
         solved = None if proof is None else queue_proof.verify(event_id, proof)
     except DomainError as refusal:
-        return _join_script_call(event_id, token, None, client, unverified=True), refusal
-    return _join_script_call(event_id, token, solved, client), None
+        call = _join_script_call(
+            event_id, token, None, client, unverified=True, code=code, presale_pass=presale_pass
+        )
+        return call, refusal
+    return _join_script_call(event_id, token, solved, client, code=code, presale_pass=presale_pass), None
 
 
 def _join_script_call(
@@ -112,6 +121,8 @@ def _join_script_call(
     *,
     unverified: bool = False,
     ask: bool = False,
+    code: bytes = b"",
+    presale_pass: str = "",
 ) -> Call:
     k = store.event_keys(event_id)
     if token is None:
@@ -149,6 +160,8 @@ def _join_script_call(
         site=client.site,
         site_factor=settings.IPV6_48_LIMIT_FACTOR,
         ask="1" if ask else "",
+        code=code,
+        presale_pass=presale_pass,
     )
 
 
@@ -190,6 +203,8 @@ def _joined(
         raise DomainError("ACCOUNT_REQUIRED", "Sign in to join this event's line.")
     if outcome == b"TOO_MANY_PLACES":
         raise DomainError("TOO_MANY_PLACES", most=rest[0])
+    if outcome in _PRESALE_REFUSALS:
+        raise DomainError(_PRESALE_REFUSALS[outcome])
     if rest[0] == b"invalid" and unverified is not None:
         raise unverified
     if rest[0] == b"used":
@@ -199,35 +214,96 @@ def _joined(
     raise DomainError("PROOF_OF_WORK")
 
 
+# --- Presale (queue_app/presale.py) ---------------------------------------------
+
+# The join script's presale refusals, and the error code each is.
+_PRESALE_REFUSALS = {
+    b"PRESALE_CODE_REQUIRED": "PRESALE_CODE_REQUIRED",
+    b"PRESALE_CODE_INVALID": "PRESALE_CODE_INVALID",
+    b"PRESALE_CODE_USED_UP": "PRESALE_CODE_USED_UP",
+}
+
+
+def _presale_pass(event_id: str, client: Client) -> str:
+    """The join script's `presale_pass`, once it asked (PRESALE_PASS: the event is in
+    its presale and a signed-in account joins): whether the account is listed. The
+    only read of Postgres on the join's way, and only then."""
+    return "1" if client.account and presale.account_listed(event_id, client.account) else "0"
+
+
+def _presale_pass_then_close(event_id: str, client: Client) -> str:
+    try:
+        return _presale_pass(event_id, client)
+    finally:
+        close_old_connections()  # no request cycle on the fast lane (see _reservation_status_then_close)
+
+
+# (The fast lane hands signed-in requests to Django's lane, so this is seldom run.)
+_apresale_pass = sync_to_async(_presale_pass_then_close, thread_sensitive=True)
+
+
+def _join(event_id: str, token: Token | None, proof: str | None, client: Client, code: str | None) -> Joined:
+    call, unverified = _join_call(event_id, token, proof, client, code)
+    reply = store.run(call)
+    if reply[0] == b"PRESALE_PASS":
+        call, unverified = _join_call(event_id, token, proof, client, code, _presale_pass(event_id, client))
+        reply = store.run(call)
+    return _joined(event_id, token, reply, client, unverified)
+
+
+async def _ajoin(
+    event_id: str, token: Token | None, proof: str | None, client: Client, code: str | None
+) -> Joined:
+    call, unverified = _join_call(event_id, token, proof, client, code)
+    reply = await store.arun(call)
+    if reply[0] == b"PRESALE_PASS":
+        listed = await _apresale_pass(event_id, client)
+        call, unverified = _join_call(event_id, token, proof, client, code, listed)
+        reply = await store.arun(call)
+    return _joined(event_id, token, reply, client, unverified)
+
+
 _ANYONE = Client()
 
 
-def queue_join(*, event_id: str, proof: str | None = None, client: Client = _ANYONE) -> Joined:
+def queue_join(
+    *, event_id: str, proof: str | None = None, presale_code: str | None = None, client: Client = _ANYONE
+) -> Joined:
     """A new person: a fresh token at the back of the line (or, on an account event,
-    the account's live place)."""
-    call, unverified = _join_call(event_id, None, proof, client)
-    return _joined(event_id, None, store.run(call), client, unverified)
+    the account's live place). During a presale, only with a presale code that has a
+    use left (which the place spends) or an account on the allow-list."""
+    return _join(event_id, None, proof, client, presale_code)
 
 
-async def aqueue_join(*, event_id: str, proof: str | None = None, client: Client = _ANYONE) -> Joined:
-    call, unverified = _join_call(event_id, None, proof, client)
-    return _joined(event_id, None, await store.arun(call), client, unverified)
+async def aqueue_join(
+    *, event_id: str, proof: str | None = None, presale_code: str | None = None, client: Client = _ANYONE
+) -> Joined:
+    return await _ajoin(event_id, None, proof, client, presale_code)
 
 
 def queue_rejoin(
-    *, event_id: str, token: Token, proof: str | None = None, client: Client = _ANYONE
+    *,
+    event_id: str,
+    token: Token,
+    proof: str | None = None,
+    presale_code: str | None = None,
+    client: Client = _ANYONE,
 ) -> Joined:
     """A returning person (F5): the same place while waiting or active; otherwise a
-    new token at the back, the old one left as it was (EXPIRED, or NOT_FOUND)."""
-    call, unverified = _join_call(event_id, token, proof, client)
-    return _joined(event_id, token, store.run(call), client, unverified)
+    new token at the back, the old one left as it was (EXPIRED, or NOT_FOUND). A
+    place kept needs no presale code; one at the back does, as a join's."""
+    return _join(event_id, token, proof, client, presale_code)
 
 
 async def aqueue_rejoin(
-    *, event_id: str, token: Token, proof: str | None = None, client: Client = _ANYONE
+    *,
+    event_id: str,
+    token: Token,
+    proof: str | None = None,
+    presale_code: str | None = None,
+    client: Client = _ANYONE,
 ) -> Joined:
-    call, unverified = _join_call(event_id, token, proof, client)
-    return _joined(event_id, token, await store.arun(call), client, unverified)
+    return await _ajoin(event_id, token, proof, client, presale_code)
 
 
 @dataclass(frozen=True, slots=True)

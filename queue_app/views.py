@@ -83,6 +83,8 @@ def waiting_room(request: HttpRequest, event_id: str) -> HttpResponse:
         # before it tries (a join would answer EMAIL_UNCONFIRMED).
         "mustConfirm": request.user.is_authenticated and not services.account_may_hold_place(request.user.pk),
         "confirmUrl": reverse("confirm-email") + "?next=" + quote(request.path),
+        # A presale's end (ms), said beside the code's form; None: no presale.
+        "presaleUntil": int(event.public_from.timestamp() * 1000) if event.public_from else None,
         "strings": {
             "joining": _("Joining the line…"),
             "position": _("You are number %(rank)s in line"),
@@ -112,6 +114,11 @@ def waiting_room(request: HttpRequest, event_id: str) -> HttpResponse:
             "drawnPosition": _("Drawn position %(n)s"),
             "copied": _("Copied"),
             "copyFailed": _("Select it and copy it by hand."),
+            "presaleRequired": _("This sale is in its presale. Enter your presale code to join the line."),
+            "presaleInvalid": _("This code is not valid for this sale. Check it and try again."),
+            "presaleUsedUp": _("This code has been used as many times as it allows."),
+            "presaleMalformed": _("A presale code is 10 letters and digits, such as ABCDE-FGH23."),
+            "presaleOpens": _("Everyone may join from %(time)s."),
         },
     }
     # The commitment to the draw's seed, shown in the pre-queue for people to keep:

@@ -76,6 +76,18 @@ CODES: dict[str, Code] = {
         "the link sent from /accounts/confirm/ confirms it",
         "Confirm your email address to join this event's line.",
     ),
+    # A presale (queue_app/presale.py): a new place needs a code or the allow-list.
+    "PRESALE_CODE_REQUIRED": Code(
+        403,
+        "the event is in its presale: a new place needs a presale code (`presaleCode`) or a signed-in "
+        "account on the event's allow-list",
+        "This sale is in its presale: join with a presale code, or sign in with an account on its list.",
+    ),
+    "PRESALE_CODE_INVALID": Code(
+        403,
+        "the event is in its presale and `presaleCode` is none of its codes; nothing was spent",
+        "This presale code is not valid for this sale.",
+    ),
     "NOT_ACTIVE": Code(
         403,
         "the token is not in its booking window",
@@ -122,6 +134,11 @@ CODES: dict[str, Code] = {
     ),
     "ALREADY_BOOKED": Code(
         409, "the token has booked (reservationId names the booking)", "This token has already booked."
+    ),
+    "PRESALE_CODE_USED_UP": Code(
+        409,
+        "the event is in its presale and `presaleCode` has given all the places it gives",
+        "This presale code has been used as many times as it allows.",
     ),
     "SOLD_OUT": Code(409, "no seats left", "Sold out."),
     "SECTION_SOLD_OUT": Code(

@@ -478,6 +478,9 @@ ACCOUNTS_REQUIRE_CONFIRMED_EMAIL = _bool("ACCOUNTS_REQUIRE_CONFIRMED_EMAIL", Fal
 # decides, the line asks it by this path (as AUTHENTICATION_BACKENDS are named), so
 # the line does not depend on how accounts are confirmed.
 ACCOUNT_MAY_HOLD_PLACE = "accounts_app.confirm.may_hold_place"
+# An account's confirmed email address (or None), which a presale's allow-list of
+# email domains reads (queue_app/presale.py): asked by path, as the gate above.
+ACCOUNT_CONFIRMED_EMAIL = "accounts_app.confirm.confirmed_email"
 # The status Postgres has for a booked token's reservation (HELD, CONFIRMED, ...),
 # which its poll shows: the booking app reads it, the line asks by this path, so that
 # the line (queue_app) never imports the booking app that depends on it.

@@ -178,6 +178,9 @@ def _change_event(operator, event, **changes):
         data.pop("require_account", None)  # an unticked checkbox sends nothing
     else:
         data["require_account"] = "on"
+    # The presale allow-list's inline (queue_app/admin_presale.py), as the form sends it: no rows
+    # unless `changes` give some.
+    data = {"presale_allows-TOTAL_FORMS": 0, "presale_allows-INITIAL_FORMS": 0} | data
     return operator.post(f"/admin/queue_app/event/{event.pk}/change/", data)
 
 

@@ -253,6 +253,7 @@
     const body = { eventId: cfg.eventId };
     if (token) body.token = token;
     if (proof) body.altcha = proof;
+    if (presaleCode) body.presaleCode = presaleCode;
     let answer;
     try {
       answer = await call("POST", token ? cfg.api.rejoin : cfg.api.join, body);
@@ -266,9 +267,11 @@
       if (error && error.code === "PROOF_OF_WORK") {
         return proof ? checkFailed(rejoin) : prove(rejoin);
       }
+      if (error && presaleRefused(error.code, () => enter(rejoin, proof))) return;
       return refusal(answer);
     }
     checks = 0;
+    presaleCode = ""; // spent (or not needed): another new place asks for a code again
     const data = answer.payload.data;
     keepToken(data.token);
     if (rejoin || !data.rejoined) {
@@ -276,6 +279,46 @@
     }
     poll();
   }
+
+  // --- Presale codes (docs/presale.md) -----------------------------------------
+  // While the sale is in its presale, a new place needs a code (or a signed-in
+  // account on the event's list): a join refused for it shows the code's form, and
+  // the code entered goes with this page's joins from then on. A refused join
+  // spent nothing, its solved proof of work included: it is sent again as it was.
+  const PRESALE_REFUSALS = {
+    PRESALE_CODE_REQUIRED: "presaleRequired",
+    PRESALE_CODE_INVALID: "presaleInvalid",
+    PRESALE_CODE_USED_UP: "presaleUsedUp",
+  };
+  // As queue_app/presale.py reads it: 10 of its 32 letters and digits (no I, O, 0, 1).
+  const PRESALE_CODE = /^[A-HJ-NP-Z2-9]{10}$/;
+  let presaleCode = "";
+  let presaleAgain = null; // the join to send again once a code is entered
+
+  function presaleRefused(code, again) {
+    if (!(code in PRESALE_REFUSALS)) return false;
+    showError("");
+    presaleAgain = again;
+    $("presale-message").textContent = S[PRESALE_REFUSALS[code]];
+    $("presale-opens").textContent = cfg.presaleUntil
+      ? fmt(S.presaleOpens, { time: window.clock.format(cfg.presaleUntil) }) : "";
+    show("presale");
+    $("presale-code").focus();
+    return true;
+  }
+
+  $("presale-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const typed = $("presale-code").value.replace(/[\s-]/g, "").toUpperCase();
+    if (!PRESALE_CODE.test(typed)) {
+      $("presale-message").textContent = S.presaleMalformed;
+      $("presale-code").focus();
+      return;
+    }
+    presaleCode = typed;
+    status(S.joining);
+    if (presaleAgain) presaleAgain();
+  });
 
   // The server's clock, for the countdown to a scheduled start (the browser's may differ).
   const skew = Date.now() - cfg.serverNow;

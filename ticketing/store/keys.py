@@ -100,6 +100,7 @@ class EventKeys:
         "pre",
         "drawpos",
         "draw_claim",
+        "codes",
     )
 
     def __init__(self, event_id: str) -> None:
@@ -164,6 +165,9 @@ class EventKeys:
         self.pre = key(event_id, "queue", "pre")
         self.drawpos = key(event_id, "queue", "drawpos")
         self.draw_claim = key(event_id, "queue", "draw", "claim")
+        # A presale's codes (queue_app/presale.py): the first 16 bytes of a code's
+        # hash -> its uses left, spent by the join script.
+        self.codes = key(event_id, "presale", "codes")
         self.bucket_prefix = key(event_id, "tokens", "")
         self.site_bucket_prefix = key(event_id, "tokens", "site", "")
         self.proofs_prefix = key(event_id, "proofs", "")

@@ -16,7 +16,7 @@ from django.utils import timezone
 from booking_app import checkout, reconcile
 from booking_app import services as booking
 from booking_app.models import Reservation
-from queue_app import admission, draw, events, seating, tokens
+from queue_app import admission, draw, events, presale, seating, tokens
 from queue_app.models import Event
 from ticketing import servers, store
 
@@ -209,6 +209,13 @@ def test_every_script_runs_on_each_redis_version(request, make_event, api, serve
         assert admission.event_admit(scheduled.event_id).admitted == 1
         assert api.poll(first, scheduled.event_id)[1]["data"]["status"] == "ACTIVE"
         events.event_wipe(scheduled.event_id)
+        # A presale: a code of one use spends it with the place (join's `codes`).
+        presold = make_event(public_from=timezone.now() + timedelta(hours=1))
+        (code,) = presale.codes_create(presold, count=1, uses=1)
+        body = {"eventId": presold.event_id, "presaleCode": code}
+        assert api.call("post", "/api/queue/join", body)[0] == 200
+        assert api.call("post", "/api/queue/join", body)[1]["error"]["code"] == "PRESALE_CODE_USED_UP"
+        events.event_wipe(presold.event_id)
     assert SCENARIO_SCRIPTS == {p.stem for p in LUA}
 
 
@@ -234,6 +241,7 @@ def test_keys_of_an_event_share_one_cluster_slot():
         k.tick,
         k.pre,
         k.drawpos,
+        k.codes,
         k.owned(b"u42"),
         k.site_owned(b"a\x20\x01\x0d\xb8\x00\x01"),
         k.booked(str(uuid.uuid4())),

@@ -34,7 +34,7 @@ from django.utils import timezone
 from booking_app import reconcile
 from booking_app import services as booking
 from booking_app.models import Reservation
-from queue_app import admission, draw, events, line, proof, seating, services, tokens
+from queue_app import admission, draw, events, line, presale, proof, seating, services, tokens
 from queue_app.models import Event
 from queue_app.tokens import Token, parse_token
 from testsupport.line import end_windows, event_state, next_redis_second
@@ -102,6 +102,21 @@ def crowd_capped_ipv6(make_event: Callable[..., Event]) -> World:
         (0x20010DB8 << 16 | n % 2**16).to_bytes(6, "big"),
     )
     return world
+
+
+def crowd_presale(make_event: Callable[..., Event]) -> World:
+    """The crowd, in a presale whose end is an hour away, and a code of 2 uses."""
+    world = crowd(make_event)
+    world.event.public_from = timezone.now() + timedelta(hours=1)
+    events.event_publish(world.event)
+    (world.extra["code"],) = presale.codes_create(world.event, count=1, uses=2)
+    world.extra["nonce"] = tokens.new_nonce()
+    return world
+
+
+def join_with_code(world: World) -> Any:
+    with mock.patch.object(tokens, "new_nonce", return_value=world.extra["nonce"]):
+        return services.queue_join(event_id=world.event.event_id, presale_code=world.extra["code"])
 
 
 def _protected(world: World, **protections: object) -> World:
@@ -534,6 +549,8 @@ CASES = [
     Case("join", crowd_account, join_protected, keys=(1, 2, 6, 7, 8, 10, 14), counters=(2, 7)),
     Case("join", crowd_capped, join_protected, keys=(1, 2, 6, 7, 9, 10, 14), counters=(2, 7)),
     Case("join", crowd_capped_ipv6, join_protected, keys=(1, 2, 6, 7, 9, 10, 14, 15), counters=(2, 7)),
+    # A presale's code (16), spent with the place.
+    Case("join", crowd_presale, join_with_code, keys=(1, 2, 6, 7, 8, 9, 10, 14, 22), counters=(2, 7)),
     Case("join", crowd_window_passed, rejoin, keys=(1, 2, 3, 5, 6, 7, 8, 9, 10, 14), counters=(2, 7)),
     # F5 in the window: the booked places (13) say it has not booked.
     Case("join", crowd_active, rejoin, keys=(1, 3, 5, 6, 7, 13, 14), counters=(7,)),
@@ -702,6 +719,17 @@ def test_event_sync_with_an_odd_settings_list_changes_nothing(make_event):
                 k, total_seats=120, sold=0, opened_at=1, opens_at="", gen="abcd", settings=odd
             )
         )
+    assert event_state(world.event.event_id) == before
+
+
+@pytest.mark.parametrize("uses", [b"x", b"1.5", b"", b"99999999999999999999"])
+def test_a_code_whose_uses_are_not_a_number_fails_the_join_before_it_writes(make_event, uses):
+    """HINCRBY runs after the place's writes: the script checks its rule first."""
+    world = crowd_presale(make_event)
+    store.client().hset(world.keys.codes, presale.code_key(world.event.event_id, world.extra["code"]), uses)
+    before = event_state(world.event.event_id)
+    with pytest.raises(redis_lib.exceptions.ResponseError):
+        join_with_code(world)
     assert event_state(world.event.event_id) == before
 
 

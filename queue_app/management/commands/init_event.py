@@ -99,6 +99,12 @@ class Command(BaseCommand):
             "are drawn into the line at it (docs/draw.md)",
         )
         parser.add_argument(
+            "--public-from",
+            type=_start,
+            help="the presale's end, the public start (ISO 8601, or +SECONDS from now; 'none' to clear): "
+            "before it only holders of a presale code or accounts on the allow-list join (docs/presale.md)",
+        )
+        parser.add_argument(
             "--reset",
             action="store_true",
             help="wipe the event's Redis state (line, active window, counters) first",
@@ -156,6 +162,8 @@ class Command(BaseCommand):
                 setattr(event, field, opts[opt])
         if opts["opens_at"] is not None:
             event.opens_at = opts["opens_at"] or None
+        if opts["public_from"] is not None:
+            event.public_from = opts["public_from"] or None
         if opts["hot_sale"]:
             event.apply_hot_sale()
         seat_map = None
@@ -207,6 +215,7 @@ class Command(BaseCommand):
             )
             + (f"; {event.sections.count()} sections" if event.sections.exists() else "")
             + f"; protections: {', '.join(event.protections()) or 'none'}"
+            + (f"; presale until {event.public_from.isoformat()}" if event.public_from else "")
             + (
                 f"; opens at {event.opens_at.isoformat()}, commitment {event.draw.commitment}."
                 if event.opens_at
