@@ -93,6 +93,7 @@ class EventAdmin(SeatMapAdmin, PresaleAdmin, admin.ModelAdmin):
         "live_link",
         "name",
         "status",
+        "mode",
         "waiting",
         "active",
         "seats_left",
@@ -106,8 +107,9 @@ class EventAdmin(SeatMapAdmin, PresaleAdmin, admin.ModelAdmin):
         "max_active_users",
         "total_seats",
     )
-    # Rate, window and cap change live: the next admission tick reads them.
-    list_editable = ("admit_per_second", "active_window_seconds", "max_active_users")
+    # Mode, rate, window and cap change live: the next join and the next admission
+    # tick read them (an incident's switch to pass-through or reject is one click).
+    list_editable = ("mode", "admit_per_second", "active_window_seconds", "max_active_users")
     list_filter = ("status",)
     search_fields = ("event_id", "name")
     actions = ["open_events", "pause_events", "close_events", "hot_sale", "protections_off"]

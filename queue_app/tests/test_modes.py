@@ -198,3 +198,26 @@ def test_event_status_needs_a_status_or_a_mode(make_event):
         call_command("event_status", event.event_id)
     with pytest.raises(CommandError):
         call_command("event_status", event.event_id, "--mode", "everyone")
+
+
+def test_the_admin_list_flips_the_mode_live(client, make_event, api):
+    from django.contrib.auth.models import User
+
+    client.force_login(User.objects.create_superuser("op", "op@example.com", "pw-for-tests"))
+    event = make_event()
+    waiting = api.token(event.event_id)
+    row = {
+        "id": event.pk,
+        "mode": "reject",
+        "admit_per_second": event.admit_per_second,
+        "active_window_seconds": event.active_window_seconds,
+        "max_active_users": event.max_active_users,
+    }
+    data = {"form-TOTAL_FORMS": "1", "form-INITIAL_FORMS": "1", "_save": "Save"}
+    data |= {f"form-0-{name}": value for name, value in row.items()}
+    resp = client.post(f"/admin/queue_app/event/?q={event.event_id}", data)
+    assert resp.status_code == 302, resp.content.decode()[:2000]
+    event.refresh_from_db()
+    assert event.mode == "reject"
+    assert api.join(event.event_id)[1]["error"]["code"] == "EVENT_REJECTING"
+    assert api.poll(waiting, event.event_id)[1]["data"]["rank"] == 1
