@@ -163,7 +163,7 @@ local function live(token)
   local ends, to = window_of(windows, place)
   if ends and ends > now and not is_set(booked_places, place) then
     local claim = claim_of(claims, claimed, to, place, now)
-    if claim == 'PASSED' then return nil end
+    if claim == 'PASSED' then return nil end  -- a grace is taken by a poll (the page's first)
     return 'ACTIVE', claim == 'CLAIM' and place or nil
   end
   return nil

@@ -8,7 +8,8 @@
 -- except those already admitted (the first `popped` places) and those who left
 -- (bits of `left`). See lua/lib/line.lua.
 --
--- KEY meta        HASH    status, gen, admitRate, opensAt, draw, drawSize, held
+-- KEY meta        HASH    status, gen, admitRate, opensAt, draw, drawSize, held, claimGrace,
+--                         maxActive
 -- KEY seq         STRING  last arrival number issued
 -- KEY popped      STRING  places already taken off the head of the line
 -- KEY left        STRING  bitmap of the places whose person left
@@ -24,6 +25,7 @@
 -- KEY nonces      STRING  the random bytes of each number's token, 2 bytes a number
 -- KEY claims      HASH    per admission log entry, the time its people must come back by
 -- KEY claimed     STRING  bitmap of the admitted places that came back
+-- KEY active      STRING  people in a window not yet passed who have not booked
 -- ARG token        16 raw bytes
 --
 -- Returns these, in this order (queue_app/line.py: PollReply), or {'EVENT_NOT_FOUND'}:
@@ -44,11 +46,12 @@
 -- REPLY prequeue  1 when the token's number is of the pre-queue
 -- REPLY position  its drawn position once drawn, else 0
 -- REPLY held      seats held by buyers paying now (lua/held_note.lua), which may come back
--- Writes only an admitted person's claim (lua/lib/line.lua: claim_of): this poll is
--- them coming back. Validates what it reads before that write: a key of the wrong
+-- Writes only an admitted person's claim (lua/lib/line.lua: claim_of, and
+-- claim_regain for a late one on an event with a grace): this poll is them coming back. Validates what it reads before that write: a key of the wrong
 -- type or a counter that is not a number fails the script.
 -- needs: line
-local fields = redis.call('HMGET', meta, 'status', 'admitRate', 'opensAt', 'draw', 'drawSize', 'gen', 'held')
+local fields = redis.call('HMGET', meta, 'status', 'admitRate', 'opensAt', 'draw', 'drawSize', 'gen', 'held',
+  'claimGrace', 'maxActive')
 local status = fields[1]
 if not status then return {'EVENT_NOT_FOUND'} end
 
@@ -93,7 +96,10 @@ if place <= head then
   local open = ends and ends > now and not is_set(booked_places, place)
   if open then
     local claim = claim_of(claims, claimed, to, place, now)
-    if claim == 'PASSED' then return answer('UNCLAIMED', ends) end
+    if claim == 'PASSED' and not (fields[8] == '1'
+        and claim_regain(claims, claimed, active, to, place, tonumber(fields[9] or 0) or 0)) then
+      return answer('UNCLAIMED', ends)
+    end
     if claim == 'CLAIM' then redis.call('SETBIT', claimed, place, 1) end
   end
   if not_saved then return answer('NOT_SAVED', open and (not_saved .. ':' .. ends) or not_saved) end

@@ -93,7 +93,7 @@ end
 local window_end, window = window_of(windows, place)
 if not window_end or window_end <= now_ms() then return {'NOT_ACTIVE'} end
 local claim = claim_of(claims, claimed, window, place, now_ms())
-if claim == 'PASSED' then return {'NOT_ACTIVE'} end
+if claim == 'PASSED' then return {'NOT_ACTIVE'} end  -- a grace is taken by a poll (the booking page's)
 
 local count = tonumber(wanted)
 local most = tonumber(fields[2] or 4)

@@ -31,6 +31,7 @@ class EventForm(forms.ModelForm):
             "active_window_seconds",
             "max_active_users",
             "claim_seconds",
+            "claim_grace",
             "max_seats_per_booking",
             "proof_of_work",
             "require_account",
@@ -125,6 +126,7 @@ class EventAdmin(SeatMapAdmin, PresaleAdmin, admin.ModelAdmin):
                     "active_window_seconds",
                     "max_active_users",
                     "claim_seconds",
+                    "claim_grace",
                     "max_seats_per_booking",
                 ]
             },

@@ -44,6 +44,7 @@ def event_publish(event: Event, *, sold: int | None = None) -> int:
         "holdSeconds": event.hold_seconds,
         "mode": event.mode,
         "claimSeconds": event.claim_seconds,
+        "claimGrace": int(event.claim_grace),
         "presaleUntil": presale.until_ms(event),
     }
     pairs = [x for item in fields.items() for x in item]

@@ -86,6 +86,14 @@ class Event(models.Model):
             "or their turn passes and the slot goes to the next person; 0 = no claim time."
         ),
     )
+    claim_grace = models.BooleanField(
+        _("grace for the late"),
+        default=False,
+        help_text=_(
+            "A person who comes back after the claim time, while their window lasts, takes "
+            "their turn again if the active cap has room. Off: they join again at the back."
+        ),
+    )
     # Protections against scripts (docs/fairness.md). Off by default: each one asks
     # something of a plain client. The admin's "hot sale" preset turns them on.
     proof_of_work = models.PositiveIntegerField(

@@ -113,3 +113,20 @@ local function claim_of(claims, claimed, to, p, now)
   if counted == '' and now <= tonumber(by) then return 'CLAIM' end
   return 'PASSED'
 end
+
+-- A late person's grace (meta claimGrace = '1'; docs/modes.md): coming back after
+-- the claim time, while the window lasts, they take their turn again if the active
+-- cap has room (`cap` 0: no cap). One not counted away yet simply claims; one the
+-- tick counted away comes back into the active count, and out of the entry's
+-- count of those who did not come back. True when the turn is theirs again.
+local function claim_regain(claims, claimed, active, to, p, cap)
+  local by, gone = redis.call('HGET', claims, to):match('^(%d+):?(%d*)$')
+  local count = counter(active)
+  if gone ~= '' and cap > 0 and count >= cap then return false end
+  redis.call('SETBIT', claimed, p, 1)
+  if gone ~= '' then
+    redis.call('SET', active, count + 1)
+    redis.call('HSET', claims, to, by .. ':' .. math.max(tonumber(gone) - 1, 0))
+  end
+  return true
+end

@@ -158,3 +158,51 @@ def test_without_a_claim_time_nobody_is_counted_away(api, make_event):
     assert not store.client().exists(store.EventKeys(event.event_id).claims)
     assert {api.poll(t, event.event_id)[1]["data"]["status"] for t in tokens} == {"ACTIVE"}
     assert uuid.UUID(tokens[0])
+
+
+def test_with_a_grace_a_late_person_takes_the_turn_again_while_there_is_room(lanes_api, make_event):
+    event = _claiming_event(make_event, claim_grace=True, max_active_users=2, admit_per_second=1)
+    late, other, third = (lanes_api.token(event.event_id) for _ in range(3))
+    _tick(event.event_id)  # late is admitted, and away
+    _claim_time_passes(event.event_id)
+    _tick(event.event_id)  # late counted away; other admitted in the slot
+    assert events.event_live_numbers(event.event_id)["active"] == 1
+    # Back while the window lasts, and the cap (2) has room: the turn is theirs again.
+    assert lanes_api.poll(late, event.event_id)[1]["data"]["status"] == "ACTIVE"
+    assert events.event_live_numbers(event.event_id)["active"] == 2
+    assert _tick(event.event_id).outcome == "FULL"  # third waits: the cap is full again
+    assert lanes_api.poll(third, event.event_id)[1]["data"]["status"] == "WAITING"
+    booked = booking.booking_reserve(event_id=event.event_id, token=parse_token(late), seat_count=1)
+    assert booked.reservation_id
+    assert lanes_api.poll(other, event.event_id)[1]["data"]["status"] == "ACTIVE"
+
+
+def test_with_a_grace_a_late_person_finds_no_room_when_the_cap_is_full(api, make_event):
+    event = _claiming_event(make_event, claim_grace=True, max_active_users=1)
+    late, other = (api.token(event.event_id) for _ in range(2))
+    _tick(event.event_id)
+    _claim_time_passes(event.event_id)
+    _tick(event.event_id)  # other takes the slot
+    assert api.poll(other, event.event_id)[1]["data"]["status"] == "ACTIVE"
+    assert api.poll(late, event.event_id)[1]["data"]["status"] == "UNCLAIMED"
+    assert events.event_live_numbers(event.event_id)["active"] == 1
+
+
+def test_a_grace_taken_is_counted_once_when_the_window_ends(api, make_event):
+    event = _claiming_event(make_event, claim_grace=True, max_active_users=0, admit_per_second=2)
+    late, away = (api.token(event.event_id) for _ in range(2))
+    _tick(event.event_id)
+    _claim_time_passes(event.event_id)
+    _tick(event.event_id)
+    assert events.event_live_numbers(event.event_id)["active"] == 0
+    assert api.poll(late, event.event_id)[1]["data"]["status"] == "ACTIVE"
+    assert events.event_live_numbers(event.event_id)["active"] == 1
+    k = store.EventKeys(event.event_id)
+    (entry,) = store.client().zrange(k.windows, 0, -1)
+    assert store.client().hget(k.claims, entry.split(b":")[0]).endswith(b":1")  # only `away` now
+    to, start, _, admitted = entry.split(b":")
+    store.client().zrem(k.windows, entry)
+    store.client().zadd(k.windows, {b":".join([to, start, b"1", admitted]): int(to)})
+    _tick(event.event_id)
+    assert events.event_live_numbers(event.event_id)["active"] == 0
+    assert api.poll(away, event.event_id)[1]["data"]["status"] == "EXPIRED"

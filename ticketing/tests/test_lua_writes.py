@@ -154,6 +154,17 @@ def crowd_claiming(make_event: Callable[..., Event]) -> World:
     return world
 
 
+def crowd_late_with_grace(make_event: Callable[..., Event]) -> World:
+    """The crowd, on an event with a claim time and a grace; the person the call is
+    about was admitted, counted away, and comes back while their window lasts."""
+    world = crowd(make_event, claim_seconds=20, claim_grace=True)
+    world.token = world.tokens[0]
+    k = world.keys
+    (to,) = [t for t in store.client().hkeys(k.claims) if t != b"upto"]
+    store.client().hset(k.claims, to, f"{store.now_ms(world.event.event_id) - 1}:2")
+    return world
+
+
 def crowd_claim_passed(make_event: Callable[..., Event]) -> World:
     """The crowd, whose admitted people's claim time has just passed unclaimed: the
     next tick counts them and gives their slots on."""
@@ -565,6 +576,14 @@ CASES = [
     Case("poll", crowd, poll, keys=(1, 2, 3, 4, 5, 8, 9, 12), counters=(2, 3, 5, 9)),
     Case("poll", crowd_active, poll, keys=(1, 2, 3, 4, 5, 7, 8, 9, 11, 12), counters=(2, 3, 5, 9)),
     Case("poll", crowd_claiming, poll, keys=(1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 13, 14), counters=(2, 3, 5, 9)),
+    # A late person's grace: the active count (15) takes them back.
+    Case(
+        "poll",
+        crowd_late_with_grace,
+        poll,
+        keys=(1, 2, 3, 4, 5, 7, 8, 9, 11, 12, 13, 14, 15),
+        counters=(2, 3, 5, 9, 15),
+    ),  # fmt: skip
     Case("poll", pre_queue, poll, keys=(1, 2, 3, 5, 6, 8, 9, 12), counters=(2, 3, 5, 9)),
     Case("poll", drawn, poll, keys=(1, 2, 3, 4, 5, 8, 9, 10, 12), counters=(2, 3, 5, 9)),
     Case("line_state", crowd, line_state, keys=(1, 2, 3, 4, 5, 6), counters=(2, 3, 4, 5)),

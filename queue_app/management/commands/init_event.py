@@ -53,6 +53,11 @@ class Command(BaseCommand):
         parser.add_argument(
             "--claim", type=int, help="seconds an admitted person has to come back (0 = no claim time)"
         )
+        parser.add_argument(
+            "--claim-grace",
+            action=argparse.BooleanOptionalAction,
+            help="a person back after the claim time takes their turn again while the cap has room",
+        )
         parser.add_argument("--name", help="display name")
         parser.add_argument(
             "--proof-of-work", type=int, help="difficulty of the proof of work at join (0 = off)"
@@ -147,6 +152,7 @@ class Command(BaseCommand):
             ("max_per_booking", "max_seats_per_booking"),
             ("mode", "mode"),
             ("claim", "claim_seconds"),
+            ("claim_grace", "claim_grace"),
             ("name", "name"),
             ("proof_of_work", "proof_of_work"),
             ("require_account", "require_account"),
@@ -206,6 +212,7 @@ class Command(BaseCommand):
             f"{event.admit_per_second}/s, window {event.active_window_seconds}s, "
             f"max active {event.max_active_users or 'no cap'}, status {event.status}, mode {event.mode}"
             + (f", claim within {event.claim_seconds}s" if event.claim_seconds else "")
+            + (" (grace for the late)" if event.claim_seconds and event.claim_grace else "")
             + (
                 f", {money.shown(event.price, event.currency)} a seat, held {event.hold_seconds}s, "
                 f"{event.refund_percent}% refunded to a buyer who cancels"
