@@ -193,11 +193,11 @@ def _commands_received(redis_url: str, action) -> list[dict]:
 def _polls_commands(redis_url: str, action) -> list[str]:
     """The commands `action`'s polls send, by name. Each process also adds its requests'
     latencies to the metrics once a second, and a connection that opens meanwhile says
-    HELLO: neither is a poll's."""
+    HELLO (and SELECT, on a database other than 0): neither is a poll's."""
     return [
         c["command"].split()[0].upper()
         for c in _commands_received(redis_url, action)
-        if metrics.SHARED_KEY not in c["command"] and not c["command"].startswith("HELLO")
+        if metrics.SHARED_KEY not in c["command"] and not c["command"].upper().startswith(("HELLO", "SELECT"))
     ]
 
 
