@@ -246,6 +246,22 @@ MUTANTS = [
         replacement="",
         first=("booking_app/tests/test_seat_booking.py",),
     ),
+    Mutant(
+        name="safety-net-jumps-the-line",
+        breaks="a safety-net arrival is admitted while earlier people wait",
+        path="lua/join.lua",
+        original="  elseif before == 0 and (cap == 0 or active_count < cap) and this_second < rate then\n",
+        replacement="  elseif (cap == 0 or active_count < cap) and this_second < rate then\n",
+        first=("queue_app/tests/test_modes.py",),
+    ),
+    Mutant(
+        name="unclaimed-books",
+        breaks="a person whose claim time ran out unclaimed still books",
+        path="lua/reserve.lua",
+        original="if claim == 'PASSED' then return {'NOT_ACTIVE'} end",
+        replacement="if claim == 'PASSED' then claim = 'CLAIMED' end",
+        first=("queue_app/tests/test_claim.py",),
+    ),
 ]
 
 
