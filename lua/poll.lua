@@ -8,7 +8,7 @@
 -- except those already admitted (the first `popped` places) and those who left
 -- (bits of `left`). See lua/lib/line.lua.
 --
--- KEY meta        HASH    status, gen, admitRate, opensAt, draw, drawSize, held
+-- KEY meta        HASH    status, gen, admitRate, opensAt, draw, drawSize, held, message
 -- KEY seq         STRING  last arrival number issued
 -- KEY popped      STRING  places already taken off the head of the line
 -- KEY left        STRING  bitmap of the places whose person left
@@ -41,10 +41,11 @@
 -- REPLY prequeue  1 when the token's number is of the pre-queue
 -- REPLY position  its drawn position once drawn, else 0
 -- REPLY held      seats held by buyers paying now (lua/held_note.lua), which may come back
+-- REPLY message   the operator's message to the crowd (JSON, queue_app/events.py), or ''
 -- Writes nothing, and like the scripts that write, validates what it reads: a key of
 -- the wrong type or a counter that is not a number fails the script.
 -- needs: line
-local fields = redis.call('HMGET', meta, 'status', 'admitRate', 'opensAt', 'draw', 'drawSize', 'gen', 'held')
+local fields = redis.call('HMGET', meta, 'status', 'admitRate', 'opensAt', 'draw', 'drawSize', 'gen', 'held', 'message')
 local status = fields[1]
 if not status then return {'EVENT_NOT_FOUND'} end
 
@@ -58,7 +59,7 @@ local position = 0
 if draw == 'DONE' and prequeue == 1 then position = drawn_place(drawpos, n) end
 local function answer(state, detail)
   return {state, waiting, seats_left, status, detail or false, fields[2] or '0', fields[3] or false, prequeue,
-    position, tonumber(fields[7] or 0) or 0}
+    position, tonumber(fields[7] or 0) or 0, fields[8] or ''}
 end
 
 local mark = redis.call('GET', booked)

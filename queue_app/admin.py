@@ -1,5 +1,6 @@
 """The operator's admin: events with live numbers, open/pause/close, live settings,
-and an event's seat map (queue_app/admin_seats.py)."""
+an event's seat map (queue_app/admin_seats.py) and its messages to the crowd
+(queue_app/admin_messages.py)."""
 
 from django import forms
 from django.contrib import admin, messages
@@ -12,6 +13,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from queue_app import events, live
+from queue_app.admin_messages import EventMessagesAdmin
 from queue_app.admin_seats import SeatMapAdmin
 from queue_app.models import Event
 from ticketing import money
@@ -80,7 +82,7 @@ def refusal_name(reason: str) -> str:
 
 
 @admin.register(Event)
-class EventAdmin(SeatMapAdmin, admin.ModelAdmin):
+class EventAdmin(SeatMapAdmin, EventMessagesAdmin, admin.ModelAdmin):
     form = EventForm
     list_display = (
         "event_id",
@@ -234,6 +236,11 @@ class EventAdmin(SeatMapAdmin, admin.ModelAdmin):
             path("<int:pk>/live/", self.admin_site.admin_view(self.live_page), name="queue_app_event_live"),
             path(
                 "<int:pk>/seats/", self.admin_site.admin_view(self.seats_page), name="queue_app_event_seats"
+            ),
+            path(
+                "<int:pk>/messages/",
+                self.admin_site.admin_view(self.messages_page),
+                name="queue_app_event_messages",
             ),
             path(
                 "<int:pk>/live.json",
