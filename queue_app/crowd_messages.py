@@ -57,3 +57,15 @@ def _end_shown(event: Event, by: AbstractBaseUser | None) -> EventMessage | None
         shown.cleared_at, shown.cleared_by = timezone.now(), by
         shown.save(update_fields=["cleared_at", "cleared_by"])
     return shown
+
+
+def message_text(message: dict | None, language: str) -> tuple[str, str] | None:
+    """A message as a page in `language` shows it: its text in that language, or in
+    the other when the operator wrote only one, and the language of the text shown
+    (for the page's `lang`); None for no message."""
+    if not message:
+        return None
+    mine, other = ("ko", "en") if language.startswith("ko") else ("en", "ko")
+    if message[mine]:
+        return message[mine], mine
+    return message[other], other

@@ -112,6 +112,7 @@ def waiting_room(request: HttpRequest, event_id: str) -> HttpResponse:
             "drawnPosition": _("Drawn position %(n)s"),
             "copied": _("Copied"),
             "copyFailed": _("Select it and copy it by hand."),
+            "fromOrganiser": _("From the organiser"),
         },
     }
     # The commitment to the draw's seed, shown in the pre-queue for people to keep:

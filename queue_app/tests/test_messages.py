@@ -1,10 +1,13 @@
 """An operator's message to the crowd: posted in the admin (Korean and English), carried
 by every poll on both lanes within one refresh of each process's copy of the line,
 whether the copy or Redis answers; cleared, replaced, kept in the history; refused
-when bad, changing nothing; decoded once per process, however many polls carry it."""
+when bad, changing nothing; decoded once per process, however many polls carry it;
+shown by the booking page in its language."""
 
 import asyncio
+import json
 import logging
+import re
 import time
 
 import pytest
@@ -15,8 +18,9 @@ from django.test import Client
 
 from queue_app import crowd_messages, events, line, services, tokens
 from queue_app.models import MESSAGE_MAX_LENGTH, Event, EventMessage
-from queue_app.tests.test_admin_ko import visible
+from queue_app.tests.test_admin_ko import KO, visible
 from queue_app.tests.test_admission import admit
+from queue_app.views import token_cookie
 from ticketing import store
 
 KOREAN = "입장이 10분 늦어집니다."
@@ -239,3 +243,35 @@ def test_a_message_in_redis_that_is_not_one_is_shown_as_none(api, crowd, caplog)
         assert polled(api, event, waiting)["message"] is None
         assert polled(api, event, active)["message"] is None
     assert "is not one" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("ko", "en", "language", "shown", "lang"),
+    [
+        (KOREAN, ENGLISH, "en", ENGLISH, "en"),
+        (KOREAN, ENGLISH, "ko", KOREAN, "ko"),
+        ("", ENGLISH, "ko", ENGLISH, "en"),  # only one text written: every page shows it
+        (KOREAN, "", "en", KOREAN, "ko"),
+    ],
+)
+def test_the_booking_page_shows_the_message_in_its_language(client, crowd, ko, en, language, shown, lang):
+    event, active, _ = crowd
+    client.cookies[token_cookie(event.event_id)] = active
+    before = client.get(f"/events/{event.event_id}/book/").content.decode()
+    assert 'id="crowd-message"' in before and 'class="crowd-message"' not in before
+    crowd_messages.event_message_post(event_id=event.event_id, text_ko=ko, text_en=en)
+    page = client.get(f"/events/{event.event_id}/book/", HTTP_ACCEPT_LANGUAGE=language)
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert f'<span lang="{lang}">{shown}</span>' in html
+    assert ("주최 측 안내" if language == "ko" else "From the organiser") in visible(page.content)
+
+
+def test_the_waiting_room_has_a_live_region_for_the_message(client, make_event):
+    """The region is on the page from the start (empty), so that a screen reader
+    announces a message the script puts in it; the script's label comes translated."""
+    event = make_event()
+    page = client.get(f"/events/{event.event_id}/", **KO).content.decode()
+    assert '<div id="crowd-message" role="status" aria-live="polite" aria-atomic="true"></div>' in page
+    config = json.loads(re.search(r'<script id="room-config"[^>]*>(.*?)</script>', page, re.S).group(1))
+    assert config["strings"]["fromOrganiser"] == "주최 측 안내"
