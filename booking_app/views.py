@@ -18,6 +18,7 @@ from booking_app import checkout, forms, mail, services
 from booking_app.models import Reservation
 from queue_app import services as queue
 from queue_app import tokens
+from queue_app.crowd_messages import message_text
 from queue_app.layout import seat_map_layout
 from queue_app.models import Event
 from queue_app.views import token_cookie
@@ -115,6 +116,8 @@ def book(request: HttpRequest, event_id: str) -> HttpResponse:
         "error_message": error_message or MESSAGES.get(error, ""),
         "now_ms": store.now_ms(event.event_id),
         "price": money.shown(event.price, event.currency) if event.price else "",
+        # The operator's message to the crowd, as the poll above carried it.
+        "crowd_message": message_text(state.message, translation.get_language()),
     }
     if layout is not None:
         context.update(forms.seat_context(event, layout, form, most, taken))

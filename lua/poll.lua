@@ -8,8 +8,8 @@
 -- except those already admitted (the first `popped` places) and those who left
 -- (bits of `left`). See lua/lib/line.lua.
 --
--- KEY meta        HASH    status, gen, admitRate, opensAt, draw, drawSize, held, claimGrace,
---                         maxActive
+-- KEY meta        HASH    status, gen, admitRate, opensAt, draw, drawSize, held, message,
+--                         claimGrace, maxActive
 -- KEY seq         STRING  last arrival number issued
 -- KEY popped      STRING  places already taken off the head of the line
 -- KEY left        STRING  bitmap of the places whose person left
@@ -46,12 +46,14 @@
 -- REPLY prequeue  1 when the token's number is of the pre-queue
 -- REPLY position  its drawn position once drawn, else 0
 -- REPLY held      seats held by buyers paying now (lua/held_note.lua), which may come back
--- Writes only an admitted person's claim (lua/lib/line.lua: claim_of, and
--- claim_regain for a late one on an event with a grace): this poll is them coming back. Validates what it reads before that write: a key of the wrong
--- type or a counter that is not a number fails the script.
+-- REPLY message   the operator's message to the crowd (JSON, queue_app/events.py), or ''
+-- Writes only an admitted person's claim (lua/lib/line.lua: claim_of, and claim_regain
+-- for a late one on an event with a grace): this poll is them coming back. Validates
+-- what it reads before that write: a key of the wrong type or a counter that is not a
+-- number fails the script.
 -- needs: line
 local fields = redis.call('HMGET', meta, 'status', 'admitRate', 'opensAt', 'draw', 'drawSize', 'gen', 'held',
-  'claimGrace', 'maxActive')
+  'message', 'claimGrace', 'maxActive')
 local status = fields[1]
 if not status then return {'EVENT_NOT_FOUND'} end
 
@@ -65,7 +67,7 @@ local position = 0
 if draw == 'DONE' and prequeue == 1 then position = drawn_place(drawpos, n) end
 local function answer(state, detail)
   return {state, waiting, seats_left, status, detail or false, fields[2] or '0', fields[3] or false, prequeue,
-    position, tonumber(fields[7] or 0) or 0}
+    position, tonumber(fields[7] or 0) or 0, fields[8] or ''}
 end
 
 local mark = redis.call('GET', booked)
@@ -96,8 +98,8 @@ if place <= head then
   local open = ends and ends > now and not is_set(booked_places, place)
   if open then
     local claim = claim_of(claims, claimed, to, place, now)
-    if claim == 'PASSED' and not (fields[8] == '1'
-        and claim_regain(claims, claimed, active, to, place, tonumber(fields[9] or 0) or 0)) then
+    if claim == 'PASSED' and not (fields[9] == '1'
+        and claim_regain(claims, claimed, active, to, place, tonumber(fields[10] or 0) or 0)) then
       return answer('UNCLAIMED', ends)
     end
     if claim == 'CLAIM' then redis.call('SETBIT', claimed, place, 1) end

@@ -1,5 +1,6 @@
 """The operator's admin: events with live numbers, open/pause/close, live settings,
-an event's seat map (queue_app/admin_seats.py) and its presale (queue_app/admin_presale.py)."""
+an event's seat map (queue_app/admin_seats.py), its presale (queue_app/admin_presale.py) and
+its messages to the crowd (queue_app/admin_messages.py)."""
 
 from django import forms
 from django.contrib import admin, messages
@@ -12,6 +13,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from queue_app import events, live
+from queue_app.admin_messages import EventMessagesAdmin
 from queue_app.admin_presale import PresaleAdmin, PresaleAllowInline
 from queue_app.admin_seats import SeatMapAdmin
 from queue_app.models import Event
@@ -87,7 +89,7 @@ def refusal_name(reason: str) -> str:
 
 
 @admin.register(Event)
-class EventAdmin(SeatMapAdmin, PresaleAdmin, admin.ModelAdmin):
+class EventAdmin(SeatMapAdmin, PresaleAdmin, EventMessagesAdmin, admin.ModelAdmin):
     form = EventForm
     list_display = (
         "event_id",
@@ -272,6 +274,11 @@ class EventAdmin(SeatMapAdmin, PresaleAdmin, admin.ModelAdmin):
                 "<int:pk>/presale/",
                 self.admin_site.admin_view(self.presale_page),
                 name="queue_app_event_presale",
+            ),
+            path(
+                "<int:pk>/messages/",
+                self.admin_site.admin_view(self.messages_page),
+                name="queue_app_event_messages",
             ),
             path(
                 "<int:pk>/live.json",

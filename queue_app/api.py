@@ -25,7 +25,7 @@ from rest_framework.response import Response
 
 from queue_app import availability, draw, presale, proof, services, tokens
 from queue_app.layout import seat_map_layout
-from queue_app.models import EVENT_ID_PATTERN, Event
+from queue_app.models import EVENT_ID_PATTERN, MESSAGE_MAX_LENGTH, Event
 from ticketing.api import Endpoint, StrictField, responses
 from ticketing.errors import DomainError, envelope
 from ticketing.ratelimit import ChallengeThrottle, JoinThrottle, LeaveThrottle, client_address
@@ -218,6 +218,26 @@ class LeftOutput(serializers.Serializer):
     removed = serializers.BooleanField(help_text="false when the token was not waiting")
 
 
+# Declares the shape for the schema; the poll writes the service's own object (MessageField).
+class MessageOutput(serializers.Serializer):
+    """The operator's message to the crowd, as every poll carries it."""
+
+    id = serializers.IntegerField(help_text="changes with each message posted")
+    ko = serializers.CharField(
+        max_length=MESSAGE_MAX_LENGTH, help_text="in Korean; empty when the operator wrote English only"
+    )
+    en = serializers.CharField(
+        max_length=MESSAGE_MAX_LENGTH, help_text="in English; empty when the operator wrote Korean only"
+    )
+    at = serializers.IntegerField(help_text="when it was posted (ms)")
+
+
+@extend_schema_field(MessageOutput)
+class MessageField(serializers.JSONField):
+    """The message as the service decoded it, once per process (queue_app/line.py):
+    written as it is, on both lanes."""
+
+
 class PositionOutput(serializers.Serializer):
     status = serializers.ChoiceField(
         choices="PRE_QUEUE DRAWING WAITING ACTIVE BOOKED NOT_SAVED UNCLAIMED EXPIRED NOT_FOUND".split(),
@@ -268,6 +288,13 @@ class PositionOutput(serializers.Serializer):
         source="draw_position",
         allow_null=True,
         help_text="a place of the pre-queue, once drawn: its position",
+    )
+    message = MessageField(
+        allow_null=True,
+        help_text="The operator's message to everyone in this event's line (\"Doors open 10 minutes "
+        "late\"), in Korean and English: show it while it is set, in the page's language (the other "
+        "when that one is empty). null when there is none. A new message, or its clearing, reaches "
+        "every poll within a fraction of a second.",
     )
 
 

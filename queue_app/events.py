@@ -1,10 +1,11 @@
 """An event as operators run it: its record published to Redis, where the hot paths
 read it, wiped when it is done with, and its live numbers."""
 
+import json
 import time
 
 from queue_app import presale, seating, tokens
-from queue_app.models import Draw, Event
+from queue_app.models import Draw, Event, EventMessage
 from ticketing import metrics, store
 from ticketing.errors import REDIS_ERRORS
 
@@ -22,7 +23,8 @@ class LineStarted(ValueError):
 
 def event_publish(event: Event, *, sold: int | None = None) -> int:
     """Copy the operator's record into Redis, where the hot paths read it, with the
-    seats it has sold (the event's ledger, unless a recount says otherwise).
+    seats it has sold (the event's ledger, unless a recount says otherwise) and the
+    message to the crowd shown now.
 
     Takes effect on the next request and the next admission tick: no restart.
     Returns seats left.
@@ -46,6 +48,7 @@ def event_publish(event: Event, *, sold: int | None = None) -> int:
         "claimSeconds": event.claim_seconds,
         "claimGrace": int(event.claim_grace),
         "presaleUntil": presale.until_ms(event),
+        "message": _published_message(event),
     }
     pairs = [x for item in fields.items() for x in item]
     # A start whose draw has happened is history: a line rebuilt after it (a reset,
@@ -73,6 +76,16 @@ def event_publish(event: Event, *, sold: int | None = None) -> int:
     mapped = seating.seat_map_publish(event)
     store.client().sadd(store.EVENTS_KEY, event.event_id)
     return left if mapped is None else mapped
+
+
+def _published_message(event: Event) -> str:
+    """The message to the crowd shown now (the newest not cleared), as the event's
+    record in Redis holds it for every poll to carry (queue_app/line.py): compact
+    JSON, or '' for none."""
+    shown = EventMessage.shown_now(event)
+    if shown is None:
+        return ""
+    return json.dumps(shown.as_polled(), ensure_ascii=False, separators=(",", ":"))
 
 
 def line_started(event_id: str) -> bool:

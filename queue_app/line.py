@@ -11,6 +11,8 @@ that the copy reads on from where it stopped, into a bitmap of its own. After a
 scheduled start's draw, the drawn positions of the pre-queue (4 bytes a number, never
 changed once drawn) are read in chunks of POSITIONS_CHUNK numbers, each once per
 process, when a poll first needs one.
+The same round trip reads the operator's message to the crowd, which every poll
+carries: decoded once per text, then handed to each answer as it is.
 
 How stale an answer can be (docs/line.md): a rank is computed from counters at
 most one refresh old, so it is never more than one refresh interval behind. The copy
@@ -22,17 +24,22 @@ front, until the next one.
 """
 
 import asyncio
+import functools
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Any, NamedTuple
 
+import orjson
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from ticketing import store
+
+log = logging.getLogger(__name__)
 
 _refresh_seconds = settings.QUEUE_LINE_REFRESH_MS / 1000
 
@@ -52,6 +59,9 @@ class PollReply(NamedTuple):
     prequeue: int = 0  # 1 for a number of the pre-queue
     position: int = 0  # its drawn position, once drawn
     held: int = 0  # seats held by buyers paying now
+    # The operator's message: from Redis its JSON (b"" for none); from the copy, decoded
+    # already (`decoded_message`), so that an answer carries a reference, not a parse.
+    message: Any = None
 
 
 class LineState(NamedTuple):
@@ -71,6 +81,7 @@ class LineState(NamedTuple):
     chunk: bytes = b""
     length: int = 0
     held: bytes = b"0"
+    message: bytes = b""
 
 
 @receiver(setting_changed)
@@ -112,6 +123,7 @@ class Line:
     holes: int = 0
     seats: int = 0
     held: int = 0  # seats held by buyers paying now
+    message: dict | None = None  # the operator's message, decoded (`decoded_message`)
     read_at: float = float("-inf")  # time.monotonic() of the last refresh
     log_read: int = 0  # bytes of the leavers' log applied
     bits: bytearray = field(default_factory=bytearray)  # places that left
@@ -157,6 +169,7 @@ class Line:
         self.draw_size = int(reply.draw_size) if reply.draw_size else None
         self.seq, self.popped = int(reply.seq), int(reply.popped)
         self.holes, self.seats, self.held = int(reply.holes), int(reply.seats), int(reply.held)
+        self.message = decoded_message(reply.message)
         usable = len(chunk) - len(chunk) % 5
         for at in range(0, usable, 5):
             self._left(int.from_bytes(chunk[at : at + 5], "big"))
@@ -264,7 +277,31 @@ class Line:
             prequeue=prequeue,
             position=position,
             held=self.held,
+            message=self.message,
         )
+
+
+_MESSAGE_KEYS = {"id", "ko", "en", "at"}
+
+
+@functools.lru_cache(maxsize=16)
+def decoded_message(raw: bytes) -> dict | None:
+    """The operator's message to the crowd as polls show it, from the JSON the event's
+    record holds in Redis (queue_app/events.py), or None for none. Parsed once per
+    process for each text: every refresh of a copy and every answer from Redis reads
+    the same bytes until the operator changes them, and gets this same object (which
+    nobody changes). A text that does not read as a message is shown as none, and
+    logged (once)."""
+    if not raw:
+        return None
+    try:
+        found = orjson.loads(raw)
+        if found.keys() == _MESSAGE_KEYS:
+            return found
+    except (orjson.JSONDecodeError, AttributeError):
+        pass
+    log.warning("an event's message in Redis is not one: %r", raw[:200])
+    return None
 
 
 _lines: dict[str, Line] = {}

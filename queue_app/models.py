@@ -483,3 +483,71 @@ class PresaleAllow(models.Model):
     def normal_domain(value: str) -> str:
         """A domain as the list keeps it: "@Example.com " is example.com."""
         return value.strip().lstrip("@").lower()
+
+
+# Characters in each language's text of a message to the crowd: a line or two on a
+# phone (the poll carries it to every waiting person, so it stays short).
+MESSAGE_MAX_LENGTH = 280
+
+
+class EventMessage(models.Model):
+    """An operator's message to the people of an event's line, in Korean and English
+    (queue_app/crowd_messages.py). Every poll carries the one shown now, the newest
+    one not cleared; the rows are the history, kept for as long as the event is."""
+
+    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="messages")
+    text_ko = models.CharField(_("Korean"), max_length=MESSAGE_MAX_LENGTH, blank=True)
+    text_en = models.CharField(_("English"), max_length=MESSAGE_MAX_LENGTH, blank=True)
+    created_at = models.DateTimeField(_("posted at"), default=timezone.now)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("posted by"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    # When it stopped being shown: cleared, or replaced by the next message.
+    cleared_at = models.DateTimeField(_("cleared at"), null=True, blank=True)
+    cleared_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("cleared by"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+
+    class Meta:
+        verbose_name = _("message to the crowd")
+        verbose_name_plural = _("messages to the crowd")
+        ordering = ["-created_at", "-pk"]
+        constraints = [
+            models.CheckConstraint(
+                condition=~(models.Q(text_ko="") & models.Q(text_en="")),
+                name="message_says_something",
+                violation_error_message=_("Write the message in Korean, in English, or in both."),
+            ),
+            # Posting ends the message shown before (crowd_messages.event_message_post).
+            models.UniqueConstraint(
+                fields=["event"], condition=models.Q(cleared_at__isnull=True), name="one_message_shown"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.text_ko or self.text_en
+
+    @classmethod
+    def shown_now(cls, event: Event) -> "EventMessage | None":
+        """The message the event's line is shown now: the one not cleared (posting a
+        message ends the one before)."""
+        return cls.objects.filter(event=event, cleared_at__isnull=True).first()
+
+    def as_polled(self) -> dict:
+        """The message as every poll carries it (PositionOutput.message)."""
+        return {
+            "id": self.pk,
+            "ko": self.text_ko,
+            "en": self.text_en,
+            "at": int(self.created_at.timestamp() * 1000),
+        }

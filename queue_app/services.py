@@ -410,6 +410,9 @@ class Position:
     opens_at: int | None  # ms: the event's scheduled start, when it has one
     receipt: str | None  # a place of the pre-queue: its receipt in the draw
     draw_position: int | None  # and its drawn position, once drawn
+    # The operator's message to the crowd ({id, ko, en, at}), or None: one object per
+    # text in each process (line.decoded_message), shared by every answer.
+    message: dict | None
 
 
 def _poll_call(event_id: str, token: Token) -> Call:
@@ -447,7 +450,7 @@ def _position(event_id: str, token: Token, reply: line.PollReply) -> Position:
     state = _word(reply.state)
     if state == "EVENT_NOT_FOUND":
         raise DomainError("EVENT_NOT_FOUND")
-    _, waiting, seats, event_status, detail, rate, opens_at, prequeue, position, held = reply
+    _, waiting, seats, event_status, detail, rate, opens_at, prequeue, position, held, message = reply
     rank = detail if state == "WAITING" else None
     rate = float(rate)
     opens_at = int(opens_at) if opens_at else None
@@ -475,6 +478,8 @@ def _position(event_id: str, token: Token, reply: line.PollReply) -> Position:
         opens_at=opens_at,
         receipt=_receipt(event_id, token.raw, prequeue),
         draw_position=position or None,
+        # The copy's answer carries it decoded; Redis' carries its JSON.
+        message=line.decoded_message(message) if message.__class__ is bytes else message,
     )
 
 

@@ -119,6 +119,7 @@ def waiting_room(request: HttpRequest, event_id: str) -> HttpResponse:
             "presaleUsedUp": _("This code has been used as many times as it allows."),
             "presaleMalformed": _("A presale code is 10 letters and digits, such as ABCDE-FGH23."),
             "presaleOpens": _("Everyone may join from %(time)s."),
+            "fromOrganiser": _("From the organiser"),
         },
     }
     # The commitment to the draw's seed, shown in the pre-queue for people to keep:

@@ -171,7 +171,7 @@ class FastRoute:
         # Who signed in is known on Django's lane only.
         self.by_session = self.client is not None or SessionAuthentication in view.authentication_classes
         self.output = [
-            (name, field.source, _SHOWN_AS_IS.get(type(field)), field.to_representation)
+            (name, field.source, _shown_as_is(field), field.to_representation)
             for name, field in view.Output().fields.items()
         ]
 
@@ -184,6 +184,19 @@ _SHOWN_AS_IS = {
     serializers.ChoiceField: str,  # (the choices are strings that stand for themselves)
     serializers.BooleanField: bool,
 }
+
+
+def _shown_as_is(field: serializers.Field) -> type | None:
+    """The type of value the output field writes unchanged, if any (`_SHOWN_AS_IS`; and
+    an object for a JSONField that writes objects as they are, as DRF's own does when
+    not binary: the service shaped it, and shares it between answers)."""
+    if (
+        isinstance(field, serializers.JSONField)
+        and not field.binary
+        and type(field).to_representation is serializers.JSONField.to_representation
+    ):
+        return dict
+    return _SHOWN_AS_IS.get(type(field))
 
 
 def find_routes(patterns: list | None = None, prefix: str = "/") -> dict[str, FastRoute]:

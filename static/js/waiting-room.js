@@ -4,7 +4,7 @@
 // receipt in the draw and the draw's commitment to keep; after it, the drawn
 // position. When the event asks for proof of work, the join carries a solved
 // challenge (ALTCHA, static/vendor/altcha), solved in the background while the
-// page says so.
+// page says so. The operator's message to the crowd comes with each poll.
 (function () {
   "use strict";
   const cfg = JSON.parse(document.getElementById("room-config").textContent);
@@ -434,6 +434,37 @@
     bar.querySelector(".fill").style.width = percent + "%";
   }
 
+  // The operator's message to the crowd, which every poll carries: in the page's
+  // language, or in the other when the operator wrote only that one; gone once
+  // cleared. The live region is always there, and changes only when the text does
+  // (so that a screen reader says it once).
+  const pageLang = document.documentElement.lang.startsWith("ko") ? "ko" : "en";
+  let messageShown = "";
+  function crowdMessage(message) {
+    let text = "";
+    let lang = pageLang;
+    if (message) {
+      text = message[pageLang];
+      if (!text) {
+        lang = pageLang === "ko" ? "en" : "ko";
+        text = message[lang];
+      }
+    }
+    if (lang + ":" + text === messageShown) return;
+    messageShown = lang + ":" + text;
+    const box = $("crowd-message");
+    if (!text) { box.replaceChildren(); return; }
+    const p = document.createElement("p");
+    p.className = "crowd-message";
+    const label = document.createElement("strong");
+    label.textContent = S.fromOrganiser;
+    const said = document.createElement("span");
+    said.lang = lang;
+    said.textContent = text;
+    p.append(label, said);
+    box.replaceChildren(p);
+  }
+
   // A window that ended (or a booking not saved once it had): joining again is
   // offered only while there are seats to join for; a sold-out sale is said so,
   // and watched until it closes or seats come back.
@@ -499,6 +530,7 @@
     if (gone) return; // an answer that crossed the leave
     failures = 0;
     const data = answer.payload.data;
+    crowdMessage(data.message);
     // A closed sale books nobody: said so, whatever the place was.
     if (data.eventStatus === "CLOSED" && data.status !== "BOOKED") { show("closed"); return; }
     switch (data.status) {

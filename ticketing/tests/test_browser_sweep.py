@@ -20,7 +20,7 @@ from django.utils.translation import gettext
 from booking_app import checkout as checkout_services
 from booking_app import mail
 from booking_app import services as booking
-from queue_app import draw, tokens
+from queue_app import crowd_messages, draw, tokens
 from queue_app import services as queue
 from queue_app.views import token_cookie
 from testsupport.line import admit_all, end_windows
@@ -286,6 +286,16 @@ def admin_live(v: Visit):
     return v.page.locator("#n-status"), v.tr("Open")
 
 
+def admin_messages(v: Visit):
+    event = operator(v)
+    crowd_messages.event_message_post(event_id=event.event_id, text_ko="입장이 10분 늦어집니다.", text_en="")
+    v.page.goto(f"/admin/queue_app/event/{event.pk}/messages/")
+    headings = [th.strip() for th in v.page.locator("#history thead th").all_text_contents()]
+    assert capfirst(v.tr("posted at")) in headings, headings
+    no_english_left(v, v.page.locator("#content").inner_text(), v.page.locator(".breadcrumbs").inner_text())
+    return v.page.locator("#content h2").first, v.tr("Shown now")
+
+
 PAGES = {
     "list": event_list,
     "room": room,
@@ -305,6 +315,7 @@ PAGES = {
     "sign-up": sign_up,
     "admin-events": admin_events,
     "admin-live": admin_live,
+    "admin-messages": admin_messages,
 }
 # The pages that ask the server every second or two while open: one more answer
 # after the state is on screen, at least.

@@ -56,7 +56,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from booking_app.models import Reservation
-from queue_app import admission, draw, events
+from queue_app import admission, crowd_messages, draw, events
 from queue_app import services as queue
 from queue_app.models import Event
 from queue_app.tests import test_errors
@@ -487,6 +487,19 @@ def _poll_unknown(event, client: Client) -> str:
     return unknown_token(event.event_id)
 
 
+def _with_a_message(situation: Callable[[Any, Client], str]) -> Callable[[Any, Client], str]:
+    """`situation` with an operator's message to the crowd shown (queue_app/crowd_messages.py)."""
+
+    def messaged(event, client: Client) -> str:
+        token = situation(event, client)
+        crowd_messages.event_message_post(
+            event_id=event.event_id, text_ko="입장이 10분 늦어집니다.", text_en="Doors open 10 minutes late."
+        )
+        return token
+
+    return messaged
+
+
 @pytest.mark.parametrize(
     ("situation", "status"),
     [
@@ -496,8 +509,10 @@ def _poll_unknown(event, client: Client) -> str:
         (_poll_paused, "WAITING"),
         (_poll_closed, "EXPIRED"),
         (_poll_unknown, "NOT_FOUND"),
+        (_with_a_message(_poll_waiting), "WAITING"),  # the copy of the line answers
+        (_with_a_message(_poll_active), "ACTIVE"),  # Redis answers
     ],
-    ids=["waiting", "active", "booked", "paused", "closed", "unknown"],
+    ids=["waiting", "active", "booked", "paused", "closed", "unknown", "waiting-message", "active-message"],
 )
 def test_poll_answers_the_same_on_both_lanes(lanes, event, snapshot, situation, status) -> None:
     token = situation(event, lanes[0])
@@ -509,6 +524,7 @@ def test_poll_answers_the_same_on_both_lanes(lanes, event, snapshot, situation, 
     assert (answered, body["data"]["status"]) == (200, status)
     # A free event's booking is confirmed at once; no other status has a booking's.
     assert body["data"]["reservationStatus"] == ("CONFIRMED" if status == "BOOKED" else None)
+    assert (body["data"]["message"] is not None) == (situation.__name__ == "messaged")
     assert snapshot(event.event_id) == before  # a poll reads: the same state for both
 
 

@@ -14,6 +14,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 from django.urls import path
+from rest_framework import serializers
 from rest_framework.authentication import BasicAuthentication
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.parsers import FormParser
@@ -103,3 +104,21 @@ def test_the_server_does_not_start_with_a_view_the_lane_does_not_honour() -> Non
 @pytest.mark.parametrize("accept", [None, *sorted(fastlane._PLAIN_ACCEPTS)])
 def test_the_accept_headers_the_lane_does_not_negotiate_get_its_json_from_drf(accept) -> None:
     assert fastlane._negotiate(accept, None) is True
+
+
+class _Shaping(serializers.JSONField):
+    def to_representation(self, value: object) -> object:
+        return {"shaped": value}
+
+
+def test_an_object_is_written_as_it_is_only_where_drf_writes_it_so() -> None:
+    """The poll's message (a dict decoded once per process) goes out as it is, with no
+    call: DRF's JSONField writes an object unchanged. A binary one writes a string, and
+    a field that shapes its value is asked every time."""
+    route = fastlane.find_routes([path("api/poll", PollView.as_view())])["/api/poll"]
+    kinds = {name: kind for name, _, kind, _ in route.output}
+    assert kinds["message"] is dict
+    message = {"id": 1, "ko": "안내", "en": "Notice", "at": 0}
+    assert PollView.Output().fields["message"].to_representation(message) is message
+    assert fastlane._shown_as_is(serializers.JSONField(binary=True)) is None
+    assert fastlane._shown_as_is(_Shaping()) is None
