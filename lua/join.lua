@@ -93,10 +93,11 @@
 -- tick would admit it; as soon as one person waits, everyone after waits behind
 -- them. `pass-through`: an OPEN event with seats left admits the whole line up to
 -- and including the new place, in order, whatever the cap. `reject`: new places are
--- refused (EVENT_REJECTING); a rejoin that keeps its place keeps it. Admitting
--- here writes what a tick writes: `popped`, `holes`, `active` and the admission log,
--- in the newest entry when it is contiguous and from this second (its window end,
--- at most a second shorter than a full window), else in a new entry. The new place
+-- refused (EVENT_REJECTING, with the operator's message to the crowd); a rejoin
+-- that keeps its place keeps it. Admitting here writes what a tick writes: `popped`,
+-- `holes`, `active` and the admission log, in the newest entry when it is contiguous
+-- and from this second (its window end, at most a second shorter than a full
+-- window), else in a new entry. The new place
 -- has come back already; on an event with a claim time (meta claimSeconds), the
 -- others a pass-through admits must come back within it. A rejoin in the active
 -- window is its person coming back (lua/lib/line.lua: claim_of); one whose claim
@@ -108,7 +109,7 @@
 -- 'WAITING'|'ACTIVE', token, prequeue}, where prequeue is 1 for a place of the
 -- pre-queue, else 0; {'ALREADY_BOOKED', 0, reservationId}; {'TOO_MANY_PLACES', cap};
 -- {'PROOF_OF_WORK', 'invalid'|'missing'|'used'|'easier'}; {'ACCOUNT_REQUIRED'}; {'EVENT_NOT_FOUND'};
--- {'EVENT_CLOSED'}; {'EVENT_REJECTING'}; {'PRESALE_CODE_REQUIRED'}, {'PRESALE_CODE_INVALID'},
+-- {'EVENT_CLOSED'}; {'EVENT_REJECTING', the operator's message (JSON, or '')}; {'PRESALE_CODE_REQUIRED'}, {'PRESALE_CODE_INVALID'},
 -- {'PRESALE_CODE_USED_UP'}; {'PRESALE_PASS'} (say whether the account is on the
 -- allow-list, and ask again); asking only, {'MAY_JOIN'}.
 -- Validates every key before its first write (Redis keeps the writes done before an
@@ -175,7 +176,7 @@ if old ~= '' then
   if state then return {state, 0, prequeue(number_of(old))} end
 end
 local mode = fields[9] or 'queue'
-if mode == 'reject' then return {'EVENT_REJECTING'} end
+if mode == 'reject' then return {'EVENT_REJECTING', redis.call('HGET', meta, 'message') or ''} end
 
 -- The live places of an owner, in the owner hash `bucket`.
 local function held(bucket, owner)

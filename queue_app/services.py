@@ -194,7 +194,11 @@ def _joined(
     if outcome == b"EVENT_CLOSED":
         raise DomainError("EVENT_CLOSED")
     if outcome == b"EVENT_REJECTING":
-        raise DomainError("EVENT_REJECTING")
+        # The operator's message says why, when there is one (docs/modes.md).
+        said = line.decoded_message(rest[0])
+        if said is None:
+            raise DomainError("EVENT_REJECTING")
+        raise DomainError("EVENT_REJECTING", said["en"] or said["ko"], crowdMessage=said)
     if outcome == b"ALREADY_BOOKED":
         raise DomainError("ALREADY_BOOKED", reservationId=rest[1].decode())
     if outcome == b"ACCOUNT_REQUIRED" and client.unconfirmed:

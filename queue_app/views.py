@@ -120,6 +120,7 @@ def waiting_room(request: HttpRequest, event_id: str) -> HttpResponse:
             "presaleMalformed": _("A presale code is 10 letters and digits, such as ABCDE-FGH23."),
             "presaleOpens": _("Everyone may join from %(time)s."),
             "fromOrganiser": _("From the organiser"),
+            "rejecting": _("This line is not taking new people right now. This page will try again."),
         },
     }
     # The commitment to the draw's seed, shown in the pre-queue for people to keep:

@@ -221,3 +221,17 @@ def test_the_admin_list_flips_the_mode_live(client, make_event, api):
     assert event.mode == "reject"
     assert api.join(event.event_id)[1]["error"]["code"] == "EVENT_REJECTING"
     assert api.poll(waiting, event.event_id)[1]["data"]["rank"] == 1
+
+
+def test_reject_says_the_operators_message(lanes_api, event):
+    from queue_app import crowd_messages
+
+    crowd_messages.event_message_post(
+        event_id=event.event_id, text_ko="점검 중입니다", text_en="Back at 10:30"
+    )
+    _switch(event, Event.Mode.REJECT)
+    status, body = lanes_api.join(event.event_id)
+    assert status == 403
+    error = body["error"]
+    assert (error["code"], error["message"]) == ("EVENT_REJECTING", "Back at 10:30")
+    assert (error["crowdMessage"]["ko"], error["crowdMessage"]["en"]) == ("점검 중입니다", "Back at 10:30")

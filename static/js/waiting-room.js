@@ -121,7 +121,10 @@
     if (error.code === "EMAIL_UNCONFIRMED") { signIn(S.confirmEmail, S.confirmEmailLink, cfg.confirmUrl); return true; }
     if (error.code === "TOO_MANY_PLACES") { refused(); return true; }
     // The operator has stopped new places for now: say why, and try again later.
-    if (error.code === "EVENT_REJECTING") { retry(error.message); return true; }
+    if (error.code === "EVENT_REJECTING") {
+      if (error.crowdMessage) { crowdMessage(error.crowdMessage); retry(S.rejecting); } else retry(error.message);
+      return true;
+    }
     showError(error.message);
     return true;
   }
