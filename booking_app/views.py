@@ -4,6 +4,7 @@ event's hold, and each booking's own page."""
 import json
 import time
 import uuid
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -116,8 +117,10 @@ def book(request: HttpRequest, event_id: str) -> HttpResponse:
         "error_message": error_message or MESSAGES.get(error, ""),
         "now_ms": store.now_ms(event.event_id),
         "price": money.shown(event.price, event.currency) if event.price else "",
-        # The operator's message to the crowd, as the poll above carried it.
+        # The operator's message to the crowd, as the poll above carried it, and the
+        # poll that keeps it current while the person books (static/js/crowd-message.js).
         "crowd_message": message_text(state.message, translation.get_language()),
+        "crowd_poll": reverse("status-poll") + "?" + urlencode({"token": token.text, "eventId": event_id}),
     }
     if layout is not None:
         context.update(forms.seat_context(event, layout, form, most, taken))

@@ -119,7 +119,6 @@ def waiting_room(request: HttpRequest, event_id: str) -> HttpResponse:
             "presaleUsedUp": _("This code has been used as many times as it allows."),
             "presaleMalformed": _("A presale code is 10 letters and digits, such as ABCDE-FGH23."),
             "presaleOpens": _("Everyone may join from %(time)s."),
-            "fromOrganiser": _("From the organiser"),
             "rejecting": _("This line is not taking new people right now. This page will try again."),
         },
     }

@@ -437,36 +437,8 @@
     bar.querySelector(".fill").style.width = percent + "%";
   }
 
-  // The operator's message to the crowd, which every poll carries: in the page's
-  // language, or in the other when the operator wrote only that one; gone once
-  // cleared. The live region is always there, and changes only when the text does
-  // (so that a screen reader says it once).
-  const pageLang = document.documentElement.lang.startsWith("ko") ? "ko" : "en";
-  let messageShown = "";
-  function crowdMessage(message) {
-    let text = "";
-    let lang = pageLang;
-    if (message) {
-      text = message[pageLang];
-      if (!text) {
-        lang = pageLang === "ko" ? "en" : "ko";
-        text = message[lang];
-      }
-    }
-    if (lang + ":" + text === messageShown) return;
-    messageShown = lang + ":" + text;
-    const box = $("crowd-message");
-    if (!text) { box.replaceChildren(); return; }
-    const p = document.createElement("p");
-    p.className = "crowd-message";
-    const label = document.createElement("strong");
-    label.textContent = S.fromOrganiser;
-    const said = document.createElement("span");
-    said.lang = lang;
-    said.textContent = text;
-    p.append(label, said);
-    box.replaceChildren(p);
-  }
+  // The operator's message to the crowd, which every poll carries (static/js/crowd-message.js).
+  const crowdMessage = window.crowdMessage;
 
   // A window that ended (or a booking not saved once it had): joining again is
   // offered only while there are seats to join for; a sold-out sale is said so,

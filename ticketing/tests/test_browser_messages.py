@@ -114,3 +114,29 @@ def test_a_message_appears_in_every_open_waiting_room_within_one_poll(rooms):
         until(page, "text === ''", cleared)
         assert page.locator("#crowd-message .crowd-message").count() == 0
     assert admin.locator("#history tbody tr").count() == 2
+
+
+def test_a_message_reaches_a_person_on_the_booking_page(browser, server, console, make_event):
+    """The booking page has no poll of its own: its message box polls, at the
+    active person's pace (2 s, ±20 %), so a message reaches a person who is booking
+    within one poll too; cleared, it goes as fast."""
+    from queue_app import crowd_messages
+    from testsupport.line import admit_all
+
+    event = make_event()
+    with opened(browser, console, server, "ko", (390, 844)) as page:
+        page.goto(f"/events/{event.event_id}/")
+        page.locator("#position").wait_for()
+        admit_all(event.event_id)
+        page.wait_for_url(re.compile(r"/book/$"))
+        assert shown(page) == ""
+        crowd_messages.event_message_post(event_id=event.event_id, text_ko=KOREAN, text_en=ENGLISH)
+        posted = time.monotonic()
+        page.wait_for_function(
+            f"() => (document.querySelector('#crowd-message span') || {{}}).textContent === {KOREAN!r}",
+            timeout=2400 + 2000 + REFRESH_MS + SLACK_MS,  # its first ask comes 2 s after the page
+        )
+        assert (time.monotonic() - posted) * 1000 <= 2400 + 2000 + REFRESH_MS + SLACK_MS
+        assert page.locator("form.book").is_visible()
+        crowd_messages.event_message_clear(event_id=event.event_id)
+        page.wait_for_function("() => !document.querySelector('#crowd-message .crowd-message')", timeout=5000)
