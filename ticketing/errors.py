@@ -117,6 +117,12 @@ CODES: dict[str, Code] = {
     "ALREADY_BOOKED": Code(
         409, "the token has booked (reservationId names the booking)", "This token has already booked."
     ),
+    "NOT_WAITING": Code(
+        409,
+        "the token is not waiting for its turn (admitted, booked, expired, or it left the line): "
+        "there is nothing to notify it of",
+        "This place is not waiting in line, so there is nothing to notify you of.",
+    ),
     "SOLD_OUT": Code(409, "no seats left", "Sold out."),
     "SECTION_SOLD_OUT": Code(
         409,
