@@ -55,6 +55,7 @@ def _test_settings(settings) -> None:
     settings.RATE_LIMIT_SIGN_IN = 0
     settings.RATE_LIMIT_SIGN_IN_ACCOUNT = 0
     settings.RATE_LIMIT_SIGN_UP = 0
+    settings.RATE_LIMIT_NOTIFY = 0
     # Each poll refreshes its process's copy of the line first, so that a test sees
     # what it just did; queue_app/tests/test_line.py tests the copy's staleness.
     settings.QUEUE_LINE_REFRESH_MS = 0

@@ -16,7 +16,7 @@ from queue_app import events, live
 from queue_app.admin_messages import EventMessagesAdmin
 from queue_app.admin_presale import PresaleAdmin, PresaleAllowInline
 from queue_app.admin_seats import SeatMapAdmin
-from queue_app.models import Event
+from queue_app.models import Event, NotifyRequest
 from ticketing import money
 
 
@@ -399,3 +399,21 @@ class EventAdmin(SeatMapAdmin, PresaleAdmin, EventMessagesAdmin, admin.ModelAdmi
     @admin.action(permissions=["change"], description=_("Close: refuse joins, polls answer EXPIRED"))
     def close_events(self, request: HttpRequest, queryset: QuerySet) -> None:
         self._set_status(request, queryset, Event.Status.CLOSED)
+
+
+@admin.register(NotifyRequest)
+class NotifyRequestAdmin(admin.ModelAdmin):
+    """Notify-me requests (queue_app/notify.py), to look up by address: whether, and
+    when, a person was mailed. The people's own: nothing to add or change here."""
+
+    list_display = ("email", "event", "number", "language", "status", "created_at", "sent_at")
+    list_filter = ("status", "event")
+    search_fields = ("email",)
+    readonly_fields = ("event", "email", "language", "number", "status", "created_at", "sent_at")
+    fields = readonly_fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: NotifyRequest | None = None) -> bool:
+        return False

@@ -10,6 +10,7 @@ from itertools import chain
 
 from django.conf import settings
 from django.http import HttpResponse, StreamingHttpResponse
+from django.utils import translation
 from django.utils.cache import get_conditional_response, patch_cache_control, patch_vary_headers
 from drf_spectacular.utils import (
     OpenApiExample,
@@ -23,12 +24,12 @@ from rest_framework.authentication import SessionAuthentication
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from queue_app import availability, draw, presale, proof, services, tokens
+from queue_app import availability, draw, notify, presale, proof, services, tokens
 from queue_app.layout import seat_map_layout
-from queue_app.models import EVENT_ID_PATTERN, MESSAGE_MAX_LENGTH, Event
-from ticketing.api import Endpoint, StrictField, responses
+from queue_app.models import EVENT_ID_PATTERN, MESSAGE_MAX_LENGTH, NOTIFY_EMAIL_MAX, Event
+from ticketing.api import Endpoint, StrictField, enveloped, responses
 from ticketing.errors import DomainError, envelope
-from ticketing.ratelimit import ChallengeThrottle, JoinThrottle, LeaveThrottle, client_address
+from ticketing.ratelimit import ChallengeThrottle, JoinThrottle, LeaveThrottle, NotifyThrottle, client_address
 
 
 def client_of(request: Request) -> services.Client:
@@ -729,4 +730,91 @@ class SeatsView(Endpoint):
         body = availability.seats_available_json(services.parse_event_id(event_id))
         response = HttpResponse(body, content_type="application/json")
         patch_cache_control(response, public=True, max_age=SEATS_MAX_AGE)
+        return response
+
+
+# --- Notify me (queue_app/notify.py) ------------------------------------------------
+
+
+@extend_schema_field(
+    {
+        "type": "string",
+        "format": "email",
+        "maxLength": NOTIFY_EMAIL_MAX,
+        "description": "Where to send the one mail, when the place is near the front: a link back to it.",
+    }
+)
+class NotifyEmailField(StrictField):
+    parse = staticmethod(notify.parse_email)
+
+
+class NotifyInput(TokenInput):
+    email = NotifyEmailField()
+
+
+class NotifyOutput(serializers.Serializer):
+    eventId = serializers.CharField(source="event_id")  # noqa: N815
+    email = serializers.EmailField(help_text="the address the mail goes to")
+    language = serializers.ChoiceField(
+        choices=[code for code, _ in settings.LANGUAGES],
+        help_text="the mail's language: the request's (Accept-Language, or the language cookie)",
+    )
+    status = serializers.ChoiceField(
+        choices=["PENDING", "SENDING", "SENT"],
+        help_text="PENDING: mailed when the place is near the front; SENDING, SENT: the mail is going, "
+        "or went, out (asked again, nothing changes: it is sent once)",
+    )
+    aheadSeconds = serializers.IntegerField(  # noqa: N815
+        source="ahead_seconds",
+        help_text="the mail goes out when the estimated wait (etaSeconds) is this or less, or at "
+        "admission, whichever comes first",
+    )
+
+
+class NotifyView(Endpoint):
+    """Notify me: an email when this place is near the front (a few minutes by its
+    estimated wait), once, in the request's language, with a signed link back to the
+    place. For a place waiting in line (or in a scheduled start's pre-queue). Asked
+    again for the same token, the address changes (201 the first time, 200 after);
+    a mail that went out is never sent again."""
+
+    Input, Output = NotifyInput, NotifyOutput
+    throttle_classes = [NotifyThrottle]
+
+    @extend_schema(
+        operation_id="queue_notify",
+        request=NotifyInput,
+        responses={
+            201: OpenApiResponse(
+                enveloped(NotifyOutput), description="asked for this place: it is mailed when near the front"
+            ),
+            **responses(
+                NotifyOutput,
+                "VALIDATION_ERROR",
+                "MISSING_TOKEN",
+                "INVALID_TOKEN",
+                "UNSUPPORTED_MEDIA_TYPE",
+                "PAYLOAD_TOO_LARGE",
+                "REQUEST_TIMEOUT",
+                "EVENT_NOT_FOUND",
+                "NOT_WAITING",
+                "RATE_LIMIT",
+                "DATABASE_UNAVAILABLE",
+            ),
+            200: OpenApiResponse(
+                enveloped(NotifyOutput),
+                description="asked before for this place: the mail goes to this address now, unless it went "
+                "out already (status SENDING, SENT: nothing changed)",
+            ),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        asked = notify.notify_request(
+            **self.validated(request),
+            language=translation.get_language() or "",
+            site=request.build_absolute_uri("/").rstrip("/"),
+        )
+        response = self.answer(asked)
+        if asked.created:
+            response.status_code = 201
         return response

@@ -551,3 +551,57 @@ class EventMessage(models.Model):
             "en": self.text_en,
             "at": int(self.created_at.timestamp() * 1000),
         }
+
+
+# What an address may be, as the SMTP standard caps it (RFC 5321: 254 characters).
+NOTIFY_EMAIL_MAX = 254
+
+
+class NotifyRequest(models.Model):
+    """An email address left in the waiting room for one place in line: mailed once,
+    when the place is near the front (queue_app/notify.py). One row per place: asking
+    again changes the address of a mail not sent yet.
+
+    The token is kept only until the mail is sent (its link carries it back) or the
+    place is gone; `place`, its SHA-256, stays, so that a place that was mailed is
+    never mailed again."""
+
+    class Status(models.TextChoices):
+        PENDING = "PENDING", _("Waiting to be near the front")
+        SENDING = "SENDING", _("Being sent")
+        SENT = "SENT", _("Sent")
+        DROPPED = "DROPPED", _("Not sent: the place left the line")
+        FAILED = "FAILED", _("Not sent: the mail server refused it")
+
+    event = models.ForeignKey(Event, on_delete=models.CASCADE, related_name="notify_requests")
+    place = models.CharField(_("place"), max_length=64, editable=False)  # SHA-256 of the token, hex
+    # The arrival number the token carries: the order the sender looks at places in
+    # (a later number is never nearer the front, but in a drawn pre-queue).
+    number = models.PositiveBigIntegerField(_("arrival number"), editable=False)
+    token = models.CharField(_("token"), max_length=36, blank=True, editable=False)
+    email = models.EmailField(_("email"), max_length=NOTIFY_EMAIL_MAX)
+    language = models.CharField(_("language"), max_length=8, choices=settings.LANGUAGES)
+    site = models.CharField(max_length=200, editable=False)  # the link's site, as the person reached it
+    status = models.CharField(_("status"), max_length=7, choices=Status.choices, default=Status.PENDING)
+    tries = models.PositiveSmallIntegerField(default=0, editable=False)  # sends the mail server refused
+    retry_at = models.DateTimeField(null=True, editable=False)  # not tried again before
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+    sent_at = models.DateTimeField(_("sent at"), null=True, editable=False)
+
+    class Meta:
+        verbose_name = _("notify-me request")
+        verbose_name_plural = _("notify-me requests")
+        ordering = ["-created_at"]
+        constraints = [models.UniqueConstraint(fields=["event", "place"], name="one_notify_per_place")]
+        indexes = [
+            # The sender's reading: an event's pending places in arrival order.
+            models.Index(
+                fields=["event", "number"],
+                condition=models.Q(status="PENDING"),
+                name="notify_pending_by_number",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.email} ({self.event})"

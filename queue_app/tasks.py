@@ -1,6 +1,6 @@
 from celery import shared_task
 
-from queue_app import admission, draw
+from queue_app import admission, draw, notify
 
 
 @shared_task(ignore_result=True)
@@ -18,3 +18,10 @@ def admit_tick() -> dict[str, int]:
 def draw_pre_queue(event_id: str) -> str:
     """The draw of a scheduled start (queue_app/draw.py), off the request path."""
     return draw.run(event_id).outcome
+
+
+@shared_task(ignore_result=True)
+def notify_near_front() -> int:
+    """Beat's run every few seconds: mail the people near the front who asked to be
+    told (queue_app/notify.py), once each. Safe to run redundantly."""
+    return notify.notify_due()

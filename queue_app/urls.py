@@ -8,6 +8,7 @@ urlpatterns = [
     path("api/queue/leave", api.LeaveView.as_view(), name="queue-leave"),
     path("api/queue/challenge", api.ChallengeView.as_view(), name="queue-challenge"),
     path("api/status/poll", api.PollView.as_view(), name="status-poll"),
+    path("api/queue/notify", api.NotifyView.as_view(), name="queue-notify"),
     path("api/queue/draw", api.DrawView.as_view(), name="queue-draw"),
     path("api/queue/draw/receipts", api.DrawReceiptsView.as_view(), name="queue-draw-receipts"),
     path("api/queue/draw/signed-receipt", api.SignedReceiptView.as_view(), name="queue-draw-signed-receipt"),

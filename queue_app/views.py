@@ -14,9 +14,10 @@ from django.shortcuts import get_object_or_404, render
 from django.templatetags.static import static
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.cache import add_never_cache_headers
 from django.utils.translation import gettext as _
 
-from queue_app import draw, services
+from queue_app import draw, notify, services
 from queue_app.events import events_seats_left
 from queue_app.models import Draw, Event, commitment
 from ticketing.errors import DomainError
@@ -122,6 +123,7 @@ def waiting_room(request: HttpRequest, event_id: str) -> HttpResponse:
             "rejecting": _("This line is not taking new people right now. This page will try again."),
         },
     }
+    config["notify"] = notify_config(request, event)
     # The commitment to the draw's seed, shown in the pre-queue for people to keep:
     # only a copy kept from before the start shows that the seed published after it
     # is the one chosen before (the draw page's own copy is the service's word). A
@@ -129,7 +131,43 @@ def waiting_room(request: HttpRequest, event_id: str) -> HttpResponse:
     # pre-queue was rendered with the start's commitment.
     found = Draw.objects.filter(event=event).first() if event.opens_at else None
     context = {"event": event, "config": config, "commitment": found.commitment if found else ""}
-    return render(request, "queue_app/waiting_room.html", context)
+    response = render(request, "queue_app/waiting_room.html", context)
+    if config["notify"]["place"]:
+        add_never_cache_headers(response)  # it carries a token: for this browser only
+    return response
+
+
+def notify_config(request: HttpRequest, event: Event) -> dict:
+    """Notify me's part of the waiting room (static/js/waiting-room.js): its endpoint,
+    its words, and the place a mail's signed link brings back (queue_app/notify.py),
+    which the page keeps as its own; or, for a link that does not verify, a word
+    saying so (the page goes on as it would without it)."""
+    signed = request.GET.get(notify.LINK_PARAMETER)
+    place = notify.place_of_link(event.event_id, signed) if signed else None
+    return {
+        "api": reverse("queue-notify"),
+        "parameter": notify.LINK_PARAMETER,
+        "place": place or "",
+        "badLink": bool(signed) and place is None,
+        "strings": {
+            "asked": _("We will email %(email)s when your turn is near."),
+            "sent": _("We emailed %(email)s: your turn is near."),
+            "badEmail": _("Enter an email address, such as name@example.com."),
+            "notWaiting": _("Your place is not waiting in line any more: there is nothing to tell you."),
+            "tooFast": _("Too many requests. Try again in a moment."),
+            "notSaved": _("We could not save your email just now. Try again in a moment."),
+            "badLink": _(
+                "This link could not bring back your place: it is not valid, or too old. "
+                "If this browser kept your place, you still have it."
+            ),
+            "alertsOn": _("This page will show a notification and play a sound when it's your turn."),
+            "soundOnly": _(
+                "Notifications are blocked in this browser: this page will play a sound when it's your turn."
+            ),
+            "alertTitle": _("It's your turn!"),
+            "alertBody": _("%(event)s: you may book now.") % {"event": event},
+        },
+    }
 
 
 def draw_page(request: HttpRequest, event_id: str) -> HttpResponse:

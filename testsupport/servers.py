@@ -98,6 +98,7 @@ def server_env(**overrides: str) -> dict[str, str]:
         "RATE_LIMIT_SIGN_IN": "0",
         "RATE_LIMIT_SIGN_IN_ACCOUNT": "0",
         "RATE_LIMIT_SIGN_UP": "0",
+        "RATE_LIMIT_NOTIFY": "0",
         "QUEUE_LINE_REFRESH_MS": "0",
         **overrides,
     }

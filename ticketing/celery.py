@@ -20,6 +20,13 @@ app.conf.beat_schedule = {
         # second line of defence).
         "options": {"expires": 1.0},
     },
+    # Notify me: the people near the front who left an email address, mailed once.
+    # Every 5 s: a notice of minutes (NOTIFY_AHEAD_SECONDS) is late by 5 s at most.
+    "notify-near-front": {
+        "task": "queue_app.tasks.notify_near_front",
+        "schedule": timedelta(seconds=5),
+        "options": {"expires": 5.0},
+    },
     # booking.completed messages the request could not send (broker away).
     "publish-bookings": {
         "task": "booking_app.tasks.publish_pending",

@@ -140,6 +140,12 @@ CODES: dict[str, Code] = {
         "the event is in its presale and `presaleCode` has given all the places it gives",
         "This presale code has been used as many times as it allows.",
     ),
+    "NOT_WAITING": Code(
+        409,
+        "the token is not waiting for its turn (admitted, booked, expired, or it left the line): "
+        "there is nothing to notify it of",
+        "This place is not waiting in line, so there is nothing to notify you of.",
+    ),
     "SOLD_OUT": Code(409, "no seats left", "Sold out."),
     "SECTION_SOLD_OUT": Code(
         409,

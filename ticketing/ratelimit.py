@@ -188,6 +188,13 @@ class LeaveThrottle(RedisRateThrottle):
     scope, setting = "leave", "RATE_LIMIT_LEAVE"
 
 
+class NotifyThrottle(RedisRateThrottle):
+    """Notify-me requests per client: each names an address to mail, and a script
+    should not make this service mail strangers (one mail per place at most)."""
+
+    scope, setting = "notify", "RATE_LIMIT_NOTIFY"
+
+
 class BookingThrottle(RedisRateThrottle):
     """Bookings per client address: a script holding many tokens books from one place."""
 

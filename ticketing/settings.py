@@ -310,6 +310,9 @@ RATE_LIMIT_BOOKING_TOKEN = _int("RATE_LIMIT_BOOKING_TOKEN", 2)
 RATE_LIMIT_SIGN_IN = _int("RATE_LIMIT_SIGN_IN", 10)
 RATE_LIMIT_SIGN_IN_ACCOUNT = _int("RATE_LIMIT_SIGN_IN_ACCOUNT", 10)
 RATE_LIMIT_SIGN_UP = _int("RATE_LIMIT_SIGN_UP", 10)
+# "Notify me" requests per client per second: a page sends one when its person asks
+# (and again to change the address); each names an address to mail.
+RATE_LIMIT_NOTIFY = _int("RATE_LIMIT_NOTIFY", 2)
 # An IPv6 /48 (a site: 65,536 /64s, free from tunnel brokers) may do this many times
 # what one client may: every limit per client, and an event's live places per address.
 IPV6_48_LIMIT_FACTOR = _int("IPV6_48_LIMIT_FACTOR", 8, minimum=1)
@@ -520,6 +523,13 @@ CONFIRMATION_MAIL_RETRIES = _int("CONFIRMATION_MAIL_RETRIES", 5, minimum=0)
 SITE_URL = env.str("SITE_URL", default="").strip().rstrip("/") or ("http://127.0.0.1:8000" if DEBUG else "")
 if SITE_URL and not SITE_URL.startswith(("http://", "https://")):
     raise ImproperlyConfigured(f"SITE_URL={SITE_URL!r}: expected a URL starting with http:// or https://")
+# Notify me (queue_app/notify.py): a person who left an email address in the waiting
+# room is mailed once their estimated wait is this short (or they are admitted): a
+# few minutes, time to come back to the page.
+NOTIFY_AHEAD_SECONDS = _int("NOTIFY_AHEAD_SECONDS", 180)
+# Those mails per second, across every worker: a sale's front moves 70 people a
+# second, and a mail server (or its provider's quota) takes far fewer. 0: no limit.
+NOTIFY_MAIL_PER_SECOND = _int("NOTIFY_MAIL_PER_SECOND", 10)
 
 LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("ko", "한국어")]

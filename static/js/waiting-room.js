@@ -525,7 +525,7 @@
         // sell, so stay here and keep asking (a cancellation brings seats back).
         if (data.soldOut) { soldOut(data); return later(data.nextPollMs || 2000); }
         show("active");
-        window.location.assign(cfg.bookUrl);
+        announceTurn(() => window.location.assign(cfg.bookUrl));
         return;
       case "BOOKED":
         return booked(data.reservationId);
@@ -541,6 +541,115 @@
         return enter(true);
     }
   }
+
+  // --- Notify me (queue_app/notify.py) ----------------------------------------------
+  // An email when the turn is near, asked for with the form; and, once the person
+  // presses "Alert me", a notification and a short sound when the turn comes. The
+  // browser is asked nothing before the person asks for it.
+  const N = cfg.notify;
+  let alerts = false; // "Alert me" was pressed on this page
+  let audio = null; // made on that press: a page may only sound after a gesture
+
+  // A mail's signed link (?place=): the server checked it and handed its token over,
+  // kept here as the page keeps its own. The link is the place: it is taken off the
+  // address bar, out of the history and of addresses copied from there.
+  function restorePlace() {
+    if (N.place) {
+      keepToken(N.place);
+      try { localStorage.removeItem(firstRankKey); } catch (e) { /* ignore */ }
+    }
+    if (N.badLink) {
+      $("place-link").textContent = N.strings.badLink;
+      $("place-link").hidden = false;
+    }
+    if (N.place || N.badLink) {
+      const url = new URL(window.location.href);
+      url.searchParams.delete(N.parameter);
+      history.replaceState(history.state, "", url.pathname + url.search + url.hash);
+    }
+  }
+
+  function notifyRefused(answer) {
+    const error = answer.payload && answer.payload.error;
+    const code = error ? error.code : "";
+    if (code === "VALIDATION_ERROR") return N.strings.badEmail;
+    if (code === "NOT_WAITING") return N.strings.notWaiting;
+    if (code === "RATE_LIMIT") return N.strings.tooFast;
+    return N.strings.notSaved;
+  }
+
+  $("notify-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const token = readToken();
+    const email = $("notify-email").value.trim();
+    if (!token || !email) return;
+    const button = event.target.querySelector("button");
+    button.disabled = true;
+    let answer = null;
+    try {
+      answer = await call("POST", N.api, { eventId: cfg.eventId, token: token, email: email });
+    } catch (e) {
+      answer = null;
+    } finally {
+      button.disabled = false;
+    }
+    const ok = answer && answer.payload && answer.payload.success;
+    const status = $("notify-status");
+    status.classList.toggle("error", !ok);
+    if (!ok) { status.textContent = answer ? notifyRefused(answer) : N.strings.notSaved; return; }
+    const data = answer.payload.data;
+    status.textContent = fmt(data.status === "PENDING" ? N.strings.asked : N.strings.sent, { email: data.email });
+  });
+
+  // The permission is asked for in the press itself (browsers want a gesture), and
+  // the sound made ready there too; without a notification the sound still plays.
+  $("alert-me").addEventListener("click", async () => {
+    alerts = true;
+    const Context = window.AudioContext || window.webkitAudioContext;
+    if (Context && !audio) {
+      try { audio = new Context(); } catch (e) { audio = null; }
+    }
+    if (audio && audio.state === "suspended") audio.resume().catch(() => {});
+    let permission = "Notification" in window ? Notification.permission : "denied";
+    if (permission === "default") {
+      try { await Notification.requestPermission(); } catch (e) { /* the answer is read below */ }
+      permission = Notification.permission;
+    }
+    $("alert-status").textContent = permission === "granted" ? N.strings.alertsOn : N.strings.soundOnly;
+  });
+
+  // Two short beeps (an oscillator: no sound file to load).
+  function beep() {
+    if (!audio) return;
+    const start = audio.currentTime + 0.05;
+    [0, 0.3].forEach((offset) => {
+      const tone = audio.createOscillator();
+      const gain = audio.createGain();
+      tone.frequency.value = 880;
+      gain.gain.setValueAtTime(0.0001, start + offset);
+      gain.gain.exponentialRampToValueAtTime(0.3, start + offset + 0.02);
+      gain.gain.exponentialRampToValueAtTime(0.0001, start + offset + 0.2);
+      tone.connect(gain).connect(audio.destination);
+      tone.start(start + offset);
+      tone.stop(start + offset + 0.22);
+    });
+  }
+
+  // The turn came: the alerts asked for, then `then` (to the booking page), a moment
+  // later so that the sound plays out first.
+  function announceTurn(then) {
+    if (!alerts) return then();
+    if ("Notification" in window && Notification.permission === "granted") {
+      try {
+        const shown = new Notification(N.strings.alertTitle, { body: N.strings.alertBody, tag: "turn-" + cfg.eventId });
+        shown.addEventListener("click", () => window.focus());
+      } catch (e) { /* Chrome on Android shows them from a service worker only: the sound says it */ }
+    }
+    beep();
+    setTimeout(then, 700);
+  }
+
+  restorePlace();
 
   $("rejoin").addEventListener("click", () => { show("joining"); enter(true); });
   $("rejoin-unclaimed").addEventListener("click", () => { show("joining"); enter(true); });
