@@ -1,5 +1,6 @@
 """The operator's admin: events with live numbers, open/pause/close, live settings,
-an event's seat map (queue_app/admin_seats.py) and its presale (queue_app/admin_presale.py)."""
+an event's seat map (queue_app/admin_seats.py), its presale (queue_app/admin_presale.py) and
+the support lookup of a person's place (queue_app/admin_support.py)."""
 
 from django import forms
 from django.contrib import admin, messages
@@ -14,6 +15,7 @@ from django.utils.translation import gettext_lazy as _
 from queue_app import events, live
 from queue_app.admin_presale import PresaleAdmin, PresaleAllowInline
 from queue_app.admin_seats import SeatMapAdmin
+from queue_app.admin_support import SupportAdmin
 from queue_app.models import Event
 from ticketing import money
 
@@ -86,7 +88,7 @@ def refusal_name(reason: str) -> str:
 
 
 @admin.register(Event)
-class EventAdmin(SeatMapAdmin, PresaleAdmin, admin.ModelAdmin):
+class EventAdmin(SeatMapAdmin, PresaleAdmin, SupportAdmin, admin.ModelAdmin):
     form = EventForm
     list_display = (
         "event_id",
@@ -268,6 +270,11 @@ class EventAdmin(SeatMapAdmin, PresaleAdmin, admin.ModelAdmin):
                 "<int:pk>/presale/",
                 self.admin_site.admin_view(self.presale_page),
                 name="queue_app_event_presale",
+            ),
+            path(
+                "<int:pk>/support/",
+                self.admin_site.admin_view(self.support_page),
+                name="queue_app_event_support",
             ),
             path(
                 "<int:pk>/live.json",

@@ -17,7 +17,7 @@ from django.utils import timezone
 from booking_app import checkout, reconcile
 from booking_app import services as booking
 from booking_app.models import Reservation
-from queue_app import admission, draw, events, presale, seating, tokens
+from queue_app import admission, draw, events, presale, seating, support, tokens
 from queue_app.models import Event
 from ticketing import servers, store
 
@@ -115,6 +115,7 @@ SCENARIO_SCRIPTS = {
     "note_not_saved",
     "draw_close",
     "draw_done",
+    "place_state",
 }
 
 
@@ -147,6 +148,7 @@ def test_every_script_runs_on_each_redis_version(request, make_event, api, serve
         assert (tick.outcome, tick.admitted, tick.waiting) == ("ADMITTED", 2, 0)
         assert api.poll(c, event.event_id)[1]["data"]["status"] == "ACTIVE"
         token = tokens.parse_token(c)
+        assert support.place_state(event.event_id, token.raw).state == b"ACTIVE"  # place_state
         status, body = api.call(
             "post", "/api/booking", {"token": c, "seatCount": 2, "eventId": event.event_id}
         )
