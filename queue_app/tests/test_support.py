@@ -170,6 +170,7 @@ def test_an_account_is_found_by_username_or_email_with_its_live_place(make_event
     lee = User.objects.create_user("lee-support", "lee.support@example.com", "pw-for-tests")
     mine = services.queue_join(event_id=event.event_id, client=services.Client(account=str(lee.pk)))
     theirs = services.queue_join(event_id=event.event_id, client=services.Client(account=str(kim.pk)))
+    before = event_state(event.event_id)
     for typed in ("kim-support", "KIM-SUPPORT", "kim.support@example.com"):
         place = look(event, typed)
         assert (place.token, place.status, place.rank, place.found_by) == (
@@ -179,6 +180,7 @@ def test_an_account_is_found_by_username_or_email_with_its_live_place(make_event
             (support.ACCOUNT,),
         )
     assert look(event, "lee-support").token == mine.token
+    assert event_state(event.event_id) == before
 
 
 def test_an_account_is_found_by_its_reservations_on_an_event_without_accounts(sale):
@@ -196,7 +198,9 @@ def scheduled(make_event) -> Event:
 def test_a_pre_queue_receipt_finds_its_place_before_and_after_the_draw(scheduled):
     early = [services.queue_join(event_id=scheduled.event_id) for _ in range(5)]
     person = early[3]
+    before = event_state(scheduled.event_id)
     place = look(scheduled, person.receipt)
+    assert event_state(scheduled.event_id) == before
     assert (place.token, place.status, place.number, place.place, place.found_by) == (
         person.token,
         "PRE_QUEUE",
@@ -210,7 +214,9 @@ def test_a_pre_queue_receipt_finds_its_place_before_and_after_the_draw(scheduled
     events.event_publish(scheduled)
     assert look(scheduled, person.receipt.upper()).status == "DRAWING"
     assert draw.run(scheduled.event_id).outcome == "DONE"
+    before = event_state(scheduled.event_id)
     place = look(scheduled, person.receipt)
+    assert event_state(scheduled.event_id) == before
     polled = services.queue_poll(event_id=scheduled.event_id, token=parse_token(person.token))
     assert (place.token, place.status, place.number) == (person.token, "WAITING", 4)
     assert place.place == place.rank == polled.draw_position == polled.rank
