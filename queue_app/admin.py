@@ -1,6 +1,7 @@
 """The operator's admin: events with live numbers, open/pause/close, live settings,
-an event's seat map (queue_app/admin_seats.py), its presale (queue_app/admin_presale.py) and
-its messages to the crowd (queue_app/admin_messages.py)."""
+an event's seat map (queue_app/admin_seats.py), its presale (queue_app/admin_presale.py),
+its messages to the crowd (queue_app/admin_messages.py) and the support lookup of a
+person's place (queue_app/admin_support.py)."""
 
 from django import forms
 from django.contrib import admin, messages
@@ -16,6 +17,7 @@ from queue_app import events, live
 from queue_app.admin_messages import EventMessagesAdmin
 from queue_app.admin_presale import PresaleAdmin, PresaleAllowInline
 from queue_app.admin_seats import SeatMapAdmin
+from queue_app.admin_support import SupportAdmin
 from queue_app.models import Event, NotifyRequest
 from ticketing import money
 
@@ -89,7 +91,7 @@ def refusal_name(reason: str) -> str:
 
 
 @admin.register(Event)
-class EventAdmin(SeatMapAdmin, PresaleAdmin, EventMessagesAdmin, admin.ModelAdmin):
+class EventAdmin(SeatMapAdmin, PresaleAdmin, EventMessagesAdmin, SupportAdmin, admin.ModelAdmin):
     form = EventForm
     list_display = (
         "event_id",
@@ -279,6 +281,11 @@ class EventAdmin(SeatMapAdmin, PresaleAdmin, EventMessagesAdmin, admin.ModelAdmi
                 "<int:pk>/messages/",
                 self.admin_site.admin_view(self.messages_page),
                 name="queue_app_event_messages",
+            ),
+            path(
+                "<int:pk>/support/",
+                self.admin_site.admin_view(self.support_page),
+                name="queue_app_event_support",
             ),
             path(
                 "<int:pk>/live.json",

@@ -335,15 +335,20 @@ class Listed:
     positions: bytes
     digest: bytes
 
-    def position_of(self, receipt: bytes) -> int | None:
-        """A receipt's drawn position (a search at C speed, keeping only a match on
-        an entry's boundary)."""
+    def index_of(self, receipt: bytes) -> int | None:
+        """Where a receipt is in the list, which is the order they joined: its
+        place's arrival number less one (a search at C speed, keeping only a match
+        on an entry's boundary)."""
         at = self.receipts.find(receipt)
         while at != -1 and at % RECEIPT_BYTES:
             at = self.receipts.find(receipt, at + 1)
-        if at == -1:
+        return None if at == -1 else at // RECEIPT_BYTES
+
+    def position_of(self, receipt: bytes) -> int | None:
+        """A receipt's drawn position."""
+        index = self.index_of(receipt)
+        if index is None:
             return None
-        index = at // RECEIPT_BYTES
         return int.from_bytes(self.positions[4 * index : 4 * index + 4], "big")
 
     def entries(self) -> Iterator[tuple[bytes, int]]:

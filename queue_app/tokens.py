@@ -132,6 +132,19 @@ def mint(event_id: str, number: int, gen: bytes | None = None, nonce: bytes | No
     return _assemble(head, encoded, _mac(keys()[0], event_id, head, encoded))
 
 
+def reissued(event_id: str, number: int, head: bytes) -> list[bytes]:
+    """The tokens the join script would have issued for this number and these first
+    4 bytes (the line's generation and the random bytes it keeps for the number),
+    one for each key that still verifies: the token issued is among them. How an
+    operator's support lookup finds a token from the line (queue_app/support.py)."""
+    encoded, now = number.to_bytes(5, "big"), time.time()
+    return [
+        _assemble(head, encoded, _mac(key, event_id, head, encoded))
+        for key in keys()
+        if key.until is None or now <= key.until
+    ]
+
+
 def verify(event_id: str, raw: bytes) -> int | None:
     """The arrival number a token carries, or None when this service did not issue
     it for this event (or its key's grace period is over)."""

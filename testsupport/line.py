@@ -87,3 +87,12 @@ def event_state(event_id: str) -> dict:
         }[kind](name)
         state[name] = (kind, value)
     return state
+
+
+def claim_time_passes(event_id: str) -> None:
+    """Every admission's claim time (docs/modes.md) ends now, as if claimSeconds had
+    gone by; those the tick counted already keep their count."""
+    c, k = store.client(), store.event_keys(event_id)
+    for to, deadline in c.hgetall(k.claims).items():
+        if b":" not in deadline:
+            c.hset(k.claims, to, store.now_ms(event_id) - 1)

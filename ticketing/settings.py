@@ -489,6 +489,18 @@ ACCOUNT_CONFIRMED_EMAIL = "accounts_app.confirm.confirmed_email"
 # the line (queue_app) never imports the booking app that depends on it.
 RESERVATION_STATUS = "booking_app.selectors.reservation_status"
 SEATS_TAKEN = "booking_app.selectors.seats_taken"
+# The support lookup (queue_app/support.py, docs/support.md): where an operator's
+# query finds tokens, each source by path as above (the booking app's knows the
+# reservations); another source (notify-me's requests, say) joins the list. And the
+# reservations of the tokens found.
+SUPPORT_SOURCES = [
+    "queue_app.support.by_token",
+    "queue_app.support.by_token_prefix",
+    "queue_app.support.by_receipt",
+    "queue_app.support.by_account",
+    "booking_app.selectors.support_leads",
+]
+SUPPORT_BOOKINGS = "booking_app.selectors.support_bookings"
 
 # --- Mail ---
 # EMAIL_URL: smtp://user:password@host:25, smtp+tls://...:587 (STARTTLS),

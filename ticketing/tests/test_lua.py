@@ -6,6 +6,7 @@ import re
 import uuid
 from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import redis as redis_lib
@@ -16,7 +17,7 @@ from django.utils import timezone
 from booking_app import checkout, reconcile
 from booking_app import services as booking
 from booking_app.models import Reservation
-from queue_app import admission, draw, events, presale, seating, tokens
+from queue_app import admission, draw, events, presale, seating, support, tokens
 from queue_app.models import Event
 from ticketing import servers, store
 
@@ -114,6 +115,7 @@ SCENARIO_SCRIPTS = {
     "note_not_saved",
     "draw_close",
     "draw_done",
+    "place_state",
 }
 
 
@@ -133,7 +135,7 @@ def test_every_script_runs_on_each_redis_version(request, make_event, api, serve
     with override_settings(CACHES=caches, RATE_LIMIT_JOIN=100, REDIS_CLUSTER=cluster):
         c = store.client()
         ports = {n.port for n in c.get_nodes()} if cluster else {c.connection_pool.connection_kwargs["port"]}
-        assert int(url.rsplit(":", 1)[1][:-2]) in ports
+        assert urlsplit(url).port in ports  # (a database number of two digits too)
         event = make_event(total_seats=10)  # event_sync
         a, b, c = (api.token(event.event_id) for _ in range(3))  # join, ratelimit
         assert api.rejoin(a, event.event_id)[1]["data"]["rejoined"] is True
@@ -146,6 +148,7 @@ def test_every_script_runs_on_each_redis_version(request, make_event, api, serve
         assert (tick.outcome, tick.admitted, tick.waiting) == ("ADMITTED", 2, 0)
         assert api.poll(c, event.event_id)[1]["data"]["status"] == "ACTIVE"
         token = tokens.parse_token(c)
+        assert support.place_state(event.event_id, token.raw).state == b"ACTIVE"  # place_state
         status, body = api.call(
             "post", "/api/booking", {"token": c, "seatCount": 2, "eventId": event.event_id}
         )

@@ -34,7 +34,7 @@ from django.utils import timezone
 from booking_app import reconcile
 from booking_app import services as booking
 from booking_app.models import Reservation
-from queue_app import admission, draw, events, line, presale, proof, seating, services, tokens
+from queue_app import admission, draw, events, line, presale, proof, seating, services, support, tokens
 from queue_app.models import Event
 from queue_app.tokens import Token, parse_token
 from testsupport.line import end_windows, event_state, next_redis_second
@@ -324,6 +324,12 @@ def poll(world: World) -> Any:
     return store.run(services._poll_call(world.event.event_id, world.token))
 
 
+def look_up(world: World) -> Any:
+    """An operator's support lookup of the person's place (queue_app/support.py): it
+    writes nothing, and a bad key fails it rather than be read as something else."""
+    return support.place_state(world.event.event_id, world.token.raw)
+
+
 def line_state(world: World) -> Any:
     """A web process's refresh of its copy of the line (queue_app/line.py)."""
     line.forget()
@@ -586,6 +592,12 @@ CASES = [
     ),  # fmt: skip
     Case("poll", pre_queue, poll, keys=(1, 2, 3, 5, 6, 8, 9, 12), counters=(2, 3, 5, 9)),
     Case("poll", drawn, poll, keys=(1, 2, 3, 4, 5, 8, 9, 10, 12), counters=(2, 3, 5, 9)),
+    # The support lookup reads what a poll reads, and the admission's entry and claim (7, 12, 13).
+    Case("place_state", crowd, look_up, keys=(1, 2, 3, 4, 5, 8, 10, 11), counters=(2, 3, 5)),
+    Case("place_state", crowd_active, look_up, keys=(1, 2, 3, 4, 5, 7, 8, 10, 11, 12, 13), counters=(3,)),
+    Case("place_state", crowd_claiming, look_up, keys=(1, 3, 7, 10, 12, 13), counters=(3,)),
+    Case("place_state", pre_queue, look_up, keys=(1, 2, 3, 5, 6, 8, 11), counters=(2, 3, 5)),
+    Case("place_state", drawn, look_up, keys=(1, 2, 3, 4, 5, 8, 9, 10, 11), counters=(2, 3, 5)),
     Case("line_state", crowd, line_state, keys=(1, 2, 3, 4, 5, 6), counters=(2, 3, 4, 5)),
     Case("admit", crowd, admit, keys=tuple(range(1, 14)), counters=(2, 3, 5, 8, 9, 10)),
     Case("admit", drawn, admit, keys=tuple(range(1, 14)), counters=(2, 3, 5, 8, 9, 10)),
