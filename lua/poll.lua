@@ -27,6 +27,9 @@
 -- KEY claimed     STRING  bitmap of the admitted places that came back
 -- KEY active      STRING  people in a window not yet passed who have not booked
 -- ARG token        16 raw bytes
+-- ARG own          '1': the person's own poll, which claims an admitted place (their
+--                  coming back); '': someone else asks (the notify-me sender), and
+--                  nothing is written
 --
 -- Returns these, in this order (queue_app/line.py: PollReply), or {'EVENT_NOT_FOUND'}:
 -- REPLY state     PRE_QUEUE (before the start of an event with a scheduled start),
@@ -48,7 +51,8 @@
 -- REPLY held      seats held by buyers paying now (lua/held_note.lua), which may come back
 -- REPLY message   the operator's message to the crowd (JSON, queue_app/events.py), or ''
 -- Writes only an admitted person's claim (lua/lib/line.lua: claim_of, and claim_regain
--- for a late one on an event with a grace): this poll is them coming back. Validates
+-- for a late one on an event with a grace), and only on their own poll (`own`): this
+-- poll is them coming back. Validates
 -- what it reads before that write: a key of the wrong type or a counter that is not a
 -- number fails the script.
 -- needs: line
@@ -98,11 +102,11 @@ if place <= head then
   local open = ends and ends > now and not is_set(booked_places, place)
   if open then
     local claim = claim_of(claims, claimed, to, place, now)
-    if claim == 'PASSED' and not (fields[9] == '1'
+    if claim == 'PASSED' and not (own == '1' and fields[9] == '1'
         and claim_regain(claims, claimed, active, to, place, tonumber(fields[10] or 0) or 0)) then
       return answer('UNCLAIMED', ends)
     end
-    if claim == 'CLAIM' then redis.call('SETBIT', claimed, place, 1) end
+    if claim == 'CLAIM' and own == '1' then redis.call('SETBIT', claimed, place, 1) end
   end
   if not_saved then return answer('NOT_SAVED', open and (not_saved .. ':' .. ends) or not_saved) end
   if open then return answer('ACTIVE', ends) end

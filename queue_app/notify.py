@@ -260,7 +260,8 @@ def _event_due(event: Event, connection: BaseEmailBackend, deadline: float) -> t
     sent = 0
     for pk, token in pending.iterator(chunk_size=1000):
         try:
-            at = services.queue_poll(event_id=event.event_id, token=tokens.parse_token(token))
+            # Asked for the person, not by them: an admitted place is not claimed.
+            at = services.queue_poll(event_id=event.event_id, token=tokens.parse_token(token), own=False)
         except DomainError as exc:
             if exc.code == "EVENT_NOT_FOUND":
                 return sent, True  # not in Redis now (a recovery rebuilds it): asked again next run

@@ -60,7 +60,7 @@ _JOIN = store.Caller(
     ),
 )
 _LEAVE = store.Caller("leave", passes="token")
-_POLL = store.Caller("poll", passes="booked token", reply=line.PollReply)
+_POLL = store.Caller("poll", passes="booked token own", reply=line.PollReply)
 Call = store.Call
 
 
@@ -419,10 +419,10 @@ class Position:
     message: dict | None
 
 
-def _poll_call(event_id: str, token: Token) -> Call:
+def _poll_call(event_id: str, token: Token, own: bool = True) -> Call:
     issued(event_id, token)
     k = store.event_keys(event_id)
-    return _POLL.call(k, booked=k.booked(token.text), token=token.raw)
+    return _POLL.call(k, booked=k.booked(token.text), token=token.raw, own="1" if own else "")
 
 
 # The scripts' words, read once.
@@ -525,14 +525,16 @@ _areservation_status = sync_to_async(_reservation_status_then_close, thread_sens
 RESERVATION_STATUS_WAIT_SEC = 1.0
 
 
-def queue_poll(*, event_id: str, token: Token) -> Position:
+def queue_poll(*, event_id: str, token: Token, own: bool = True) -> Position:
     """A waiting person is answered from the process's copy of the line
     (queue_app/line.py); everyone else, and anyone it cannot place, by Redis. Only a
-    BOOKED answer (rare: a booked person's page leaves) reads Postgres, once."""
+    BOOKED answer (rare: a booked person's page leaves) reads Postgres, once.
+    `own`: the person's own poll, which claims an admitted place (docs/modes.md);
+    False for anyone else asking where a place stands, which changes nothing."""
     number = issued(event_id, token)
     reply = line.current(event_id, number).answer(token.raw, number)
     if reply is None:
-        reply = store.run(_poll_call(event_id, token))
+        reply = store.run(_poll_call(event_id, token, own))
     at = _position(event_id, token, reply)
     if at.status == "BOOKED":
         at.reservation_status = reservation_status(at.reservation_id)

@@ -24,6 +24,7 @@ from testsupport.booking import book
 from testsupport.clients import Api
 from testsupport.line import admit_all, unknown_token
 from testsupport.mail import Mailbox
+from ticketing import store
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -359,3 +360,15 @@ def test_requests_are_limited_per_client(api, event, settings):
     assert api.last["Retry-After"] == "1"
     assert NotifyRequest.objects.get(event=event).email == emails[1]  # the refused one changed nothing
     assert ask(api, event.event_id, token, address())[0] == 200  # another client is not held back
+
+
+def test_the_sender_asking_about_an_admitted_place_does_not_claim_it(api, make_event, smtp):
+    """With a claim time, only the person coming back claims their turn: the sender's
+    question (where does the place stand?) is not them."""
+    event = make_event(claim_seconds=20)
+    token, email = api.token(event.event_id), address()
+    assert ask(api, event.event_id, token, email)[0] == 201
+    admit_all(event.event_id)
+    assert run_notify() == 1
+    k = store.EventKeys(event.event_id)
+    assert not store.client().getbit(k.claimed, tokens.issued(event.event_id, tokens.parse_token(token)))
