@@ -41,6 +41,7 @@ FOUND_BY = {
     support.RECEIPT: _("receipt"),
     support.ACCOUNT: _("account"),
     support.EMAIL: _("buyer's email"),
+    support.NOTIFY: _("notify-me email"),
 }
 
 

@@ -42,7 +42,7 @@ from django.utils.module_loading import import_string
 from django.utils.translation import gettext
 
 from queue_app import draw, tokens
-from queue_app.models import Draw, Event
+from queue_app.models import Draw, Event, NotifyRequest
 from queue_app.tokens import Token
 from ticketing import store
 from ticketing.errors import DomainError, validation_error
@@ -61,7 +61,7 @@ MAX_ACCOUNTS = 10
 NONCE_CHUNK = 1 << 20
 
 # How a place was found.
-TOKEN, PREFIX, RECEIPT, ACCOUNT, EMAIL = "TOKEN", "PREFIX", "RECEIPT", "ACCOUNT", "EMAIL"
+TOKEN, PREFIX, RECEIPT, ACCOUNT, EMAIL, NOTIFY = "TOKEN", "PREFIX", "RECEIPT", "ACCOUNT", "EMAIL", "NOTIFY"
 
 _HEX = frozenset("0123456789abcdef")
 # What Django's username validator lets a username be made of.
@@ -254,6 +254,24 @@ def by_account(event: Event, query: Query) -> list[Lead]:
         owner = b"u" + str(user.pk).encode()
         entries = c.hgetall(k.owned(owner))
         found += [Lead(token, ACCOUNT) for token, who in entries.items() if who == owner and len(token) == 16]
+    return found
+
+
+def by_notify_email(event: Event, query: Query) -> list[Lead]:
+    """The places whose person left this email address for a notify-me mail
+    (queue_app/notify.py): the token while the request keeps it, else rebuilt from
+    its arrival number and the random bytes the line keeps for it."""
+    if not query.email:
+        return []
+    rows = NotifyRequest.objects.filter(event=event, email__iexact=query.email).values_list("token", "number")
+    gen, found = _generation(event.event_id), []
+    for token, number in rows[: MAX_FOUND + 1]:
+        if token:
+            found.append(Lead(tokens.parse_token(token).raw, NOTIFY))
+        elif gen is not None:
+            k = store.event_keys(event.event_id)
+            nonce = store.client().getrange(k.nonces, 2 * number - 2, 2 * number - 1)
+            found += [Lead(t, NOTIFY) for t in tokens.reissued(event.event_id, number, gen + nonce)[:1]]
     return found
 
 

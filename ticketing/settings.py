@@ -498,6 +498,7 @@ SUPPORT_SOURCES = [
     "queue_app.support.by_token_prefix",
     "queue_app.support.by_receipt",
     "queue_app.support.by_account",
+    "queue_app.support.by_notify_email",
     "booking_app.selectors.support_leads",
 ]
 SUPPORT_BOOKINGS = "booking_app.selectors.support_bookings"

@@ -400,3 +400,23 @@ def test_an_event_without_a_line_in_redis_is_said_so(operator, sale):
     page = operator.get(url(sale.event), {"q": sale.people[1].text})
     assert page.status_code == 200
     assert "no line in Redis" in visible(page.content)
+
+
+def test_a_notify_me_email_finds_its_place_before_and_after_the_mail(make_event, api):
+    """The address a person left for a notify-me mail finds their place, while the
+    request keeps the token and once the mail has gone (the token erased: rebuilt
+    from the arrival number)."""
+    from queue_app import notify
+    from queue_app.models import NotifyRequest
+
+    event = make_event()
+    api.token(event.event_id)
+    token = api.token(event.event_id)
+    notify.notify_request(
+        event_id=event.event_id, token=parse_token(token), email="Fan@Example.com", language="en", site="x"
+    )
+    found = support.place_lookup(event, "fan@example.com").places
+    assert [(p.number, p.found_by) for p in found] == [(2, (support.NOTIFY,))]
+    NotifyRequest.objects.filter(event=event).update(token="", status="SENT")
+    found = support.place_lookup(event, "FAN@example.com").places
+    assert [(p.number, p.rank) for p in found] == [(2, 2)]
