@@ -272,3 +272,25 @@ def test_the_waiting_room_has_a_live_region_for_the_message(client, make_event):
     page = client.get(f"/events/{event.event_id}/", **KO).content.decode()
     region = '<div id="crowd-message" role="status" aria-live="polite" aria-atomic="true"'
     assert region + ' data-label="주최 측 안내"></div>' in page
+
+
+def test_the_command_shows_and_clears_a_message(make_event, api):
+    import io
+
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    event = make_event()
+    token = api.token(event.event_id)
+    out = io.StringIO()
+    call_command("crowd_message", event.event_id, "--en", "Doors open late", stdout=out)
+    assert out.getvalue().strip() == f"Event {event.event_id}: message shown."
+    line.forget()  # this process's copy reads it at once
+    assert api.poll(token, event.event_id)[1]["data"]["message"]["en"] == "Doors open late"
+    with pytest.raises(CommandError, match="Write the message"):
+        call_command("crowd_message", event.event_id)
+    with pytest.raises(CommandError, match="No event"):
+        call_command("crowd_message", "no-such-event", "--en", "x")
+    call_command("crowd_message", event.event_id, "--clear", stdout=out)
+    line.forget()
+    assert api.poll(token, event.event_id)[1]["data"]["message"] is None
