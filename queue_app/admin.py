@@ -98,7 +98,6 @@ class EventAdmin(SeatMapAdmin, PresaleAdmin, EventMessagesAdmin, SupportAdmin, a
         "live_link",
         "name",
         "status",
-        "mode",
         "waiting",
         "active",
         "seats_left",
@@ -112,12 +111,16 @@ class EventAdmin(SeatMapAdmin, PresaleAdmin, EventMessagesAdmin, SupportAdmin, a
         "max_active_users",
         "total_seats",
     )
-    # Mode, rate, window and cap change live: the next join and the next admission
-    # tick read them (an incident's switch to pass-through or reject is one click).
-    list_editable = ("mode", "admit_per_second", "active_window_seconds", "max_active_users")
+    # Rate, window and cap change live: the next admission tick reads them.
+    list_editable = ("admit_per_second", "active_window_seconds", "max_active_users")
     list_filter = ("status",)
     search_fields = ("event_id", "name")
-    actions = ["open_events", "pause_events", "close_events", "hot_sale", "protections_off"]
+    # The modes are actions too: an incident's switch to pass-through or reject is one
+    # click on the list (docs/modes.md); the next join reads it.
+    actions = [
+        "open_events", "pause_events", "close_events", "mode_queue", "mode_safety_net", "mode_pass_through",
+        "mode_reject", "hot_sale", "protections_off",
+    ]  # fmt: skip
     inlines = [PresaleAllowInline]
     fieldsets = [
         (None, {"fields": ["event_id", "name", "status", "total_seats"]}),
@@ -394,6 +397,30 @@ class EventAdmin(SeatMapAdmin, PresaleAdmin, EventMessagesAdmin, SupportAdmin, a
             events.event_publish(event)
         done = gettext("%(n)s event(s) now %(status)s.") % {"n": queryset.count(), "status": status.label}
         self.message_user(request, done, messages.SUCCESS)
+
+    def _set_mode(self, request: HttpRequest, queryset: QuerySet, mode: Event.Mode) -> None:
+        for event in queryset:
+            event.mode = mode
+            event.save(update_fields=["mode", "updated_at"])
+            events.event_publish(event)
+        done = gettext("%(n)s event(s) now in mode %(mode)s.") % {"n": queryset.count(), "mode": mode.value}
+        self.message_user(request, done, messages.SUCCESS)
+
+    @admin.action(permissions=["change"], description=_("Mode queue: everyone waits for the tick"))
+    def mode_queue(self, request: HttpRequest, queryset: QuerySet) -> None:
+        self._set_mode(request, queryset, Event.Mode.QUEUE)
+
+    @admin.action(permissions=["change"], description=_("Mode safety net: straight in while there is room"))
+    def mode_safety_net(self, request: HttpRequest, queryset: QuerySet) -> None:
+        self._set_mode(request, queryset, Event.Mode.SAFETY_NET)
+
+    @admin.action(permissions=["change"], description=_("Mode pass-through: everyone straight in"))
+    def mode_pass_through(self, request: HttpRequest, queryset: QuerySet) -> None:
+        self._set_mode(request, queryset, Event.Mode.PASS_THROUGH)
+
+    @admin.action(permissions=["change"], description=_("Mode reject: no new places, the line keeps its own"))
+    def mode_reject(self, request: HttpRequest, queryset: QuerySet) -> None:
+        self._set_mode(request, queryset, Event.Mode.REJECT)
 
     @admin.action(permissions=["change"], description=_("Open: accept joins and admit"))
     def open_events(self, request: HttpRequest, queryset: QuerySet) -> None:

@@ -200,27 +200,27 @@ def test_event_status_needs_a_status_or_a_mode(make_event):
         call_command("event_status", event.event_id, "--mode", "everyone")
 
 
-def test_the_admin_list_flips_the_mode_live(client, make_event, api):
+def test_the_admin_list_switches_the_mode_live(client, make_event, api):
     from django.contrib.auth.models import User
 
     client.force_login(User.objects.create_superuser("op", "op@example.com", "pw-for-tests"))
     event = make_event()
     waiting = api.token(event.event_id)
-    row = {
-        "id": event.pk,
-        "mode": "reject",
-        "admit_per_second": event.admit_per_second,
-        "active_window_seconds": event.active_window_seconds,
-        "max_active_users": event.max_active_users,
-    }
-    data = {"form-TOTAL_FORMS": "1", "form-INITIAL_FORMS": "1", "_save": "Save"}
-    data |= {f"form-0-{name}": value for name, value in row.items()}
-    resp = client.post(f"/admin/queue_app/event/?q={event.event_id}", data)
-    assert resp.status_code == 302, resp.content.decode()[:2000]
+    resp = client.post("/admin/queue_app/event/", {"action": "mode_reject", "_selected_action": [event.pk]})
+    assert resp.status_code == 302
     event.refresh_from_db()
     assert event.mode == "reject"
     assert api.join(event.event_id)[1]["error"]["code"] == "EVENT_REJECTING"
     assert api.poll(waiting, event.event_id)[1]["data"]["rank"] == 1
+    for action, mode in (
+        ("mode_safety_net", "safety-net"),
+        ("mode_pass_through", "pass-through"),
+        ("mode_queue", "queue"),
+    ):
+        client.post("/admin/queue_app/event/", {"action": action, "_selected_action": [event.pk]})
+        event.refresh_from_db()
+        assert event.mode == mode
+        assert store.client().hget(store.EventKeys(event.event_id).meta, "mode").decode() == mode
 
 
 def test_reject_says_the_operators_message(lanes_api, event):

@@ -136,9 +136,9 @@ def test_the_admin_shows_live_numbers(operator, make_event, api):
     row = html[html.index(event.event_id) :]
     row = row[: row.index("</tr>")]
     cells = [c.split(">")[-1] for c in row.split("</td>")[:-1]]
-    # live page, status, mode (a select: no text of its own), waiting, active, seats
-    # left, admitted in the last minute, joins refused, protections, bookings
-    assert cells[1:11] == ["Live", "Open", "", "3", "1", "7", "2", "forged token 1", "–", "1"], cells
+    # live page, status, waiting, active, seats left, admitted in the last minute,
+    # joins refused, protections, bookings
+    assert cells[1:10] == ["Live", "Open", "3", "1", "7", "2", "forged token 1", "–", "1"], cells
 
 
 def test_admin_actions_open_pause_close(operator, make_event, api):
