@@ -166,7 +166,7 @@ def _verdict(at: services.Position, ahead: int) -> str:
         return LATER if at.draw_position is not None else STOP
     if at.status in ("PRE_QUEUE", "DRAWING"):
         return STOP  # nobody is placed before the draw
-    return DROP  # BOOKED, NOT_SAVED, EXPIRED, NOT_FOUND: the place is gone
+    return DROP  # BOOKED, NOT_SAVED, UNCLAIMED, EXPIRED, NOT_FOUND: the place is gone
 
 
 MAIL_RATE_KEY = store.ratelimit_key("notify-mail", "all")
@@ -193,16 +193,26 @@ def _set(pk: int, **fields: object) -> int:
 
 
 def _message(row: NotifyRequest, event: Event, at: services.Position) -> EmailMessage:
-    admitted = at.status == "ACTIVE"
+    admitted, seconds = at.status == "ACTIVE", None
     if admitted:
         left = (at.active_expires_at or 0) - int(time.time() * 1000)
+        if event.claim_seconds:
+            # The claim time (docs/modes.md) runs from the admission, which the
+            # window's end dates: the turn passes then, if sooner, unless they are back.
+            claim_left = left - (event.active_window_seconds - event.claim_seconds) * 1000
+            if claim_left < left:
+                left, seconds = claim_left, max(1, math.ceil(claim_left / 1000))
         minutes = max(1, left // 60_000)
+        if seconds is not None and seconds >= 120:
+            seconds = None  # minutes say it
     else:
         minutes = max(1, math.ceil((at.eta_seconds or 0) / 60))
     context = {
         "event": event,
         "admitted": admitted,
         "minutes": minutes,
+        "seconds": seconds,
+        "claim": event.claim_seconds,
         "link": place_link(row.site, event.event_id, row.token),
     }
     with translation.override(row.language):

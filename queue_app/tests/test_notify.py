@@ -372,3 +372,23 @@ def test_the_sender_asking_about_an_admitted_place_does_not_claim_it(api, make_e
     assert run_notify() == 1
     k = store.EventKeys(event.event_id)
     assert not store.client().getbit(k.claimed, tokens.issued(event.event_id, tokens.parse_token(token)))
+
+
+def test_with_a_claim_time_the_mails_say_how_long_a_turn_waits(api, make_event, smtp):
+    """Near the front: the claim time is said, and to come back now. Admitted: the
+    seconds left of it, not the window's minutes."""
+    event = make_event(claim_seconds=20)
+    warm(event)
+    near, email = api.token(event.event_id), address()
+    assert ask(api, event.event_id, near, email)[0] == 201
+    assert run_notify() == 1
+    [message] = mails_to(smtp, email)
+    assert "When it comes, you have 20 seconds to be back, or it passes to the next person" in body(message)
+
+    admitted, email = api.token(event.event_id), address()
+    assert ask(api, event.event_id, admitted, email)[0] == 201
+    admit_all(event.event_id)
+    assert run_notify() == 1
+    [message] = mails_to(smtp, email)
+    said = re.search(r"Come back within (\d+) seconds, or your turn passes.", body(message))
+    assert said and 1 <= int(said.group(1)) <= 20, body(message)
