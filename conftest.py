@@ -13,6 +13,7 @@ import pytest
 import redis as redis_lib
 from django.conf import settings
 from django.test import Client
+from django.utils import translation
 
 from testsupport.clients import Api, LaneClient
 from testsupport.line import event_state
@@ -45,7 +46,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(autouse=True)
-def _test_settings(settings) -> None:
+def _test_settings(settings) -> Iterator[None]:
     # Every test client is 127.0.0.1; the rate-limit tests turn limits back on.
     settings.RATE_LIMIT_JOIN = 0
     settings.RATE_LIMIT_LEAVE = 0
@@ -64,6 +65,10 @@ def _test_settings(settings) -> None:
         **settings.STORAGES,
         "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
     }
+    yield
+    # A request in another language (the test client's Accept-Language) leaves that
+    # language active in this thread: the next test starts in the default again.
+    translation.deactivate()
 
 
 @pytest.fixture

@@ -107,8 +107,8 @@ def test_a_reply_type_must_name_the_header_fields_in_order():
         state: bytes
 
     with pytest.raises(ScriptError, match="replies"):
-        Caller("poll", passes="booked token", reply=Swapped)
-    assert Caller("poll", passes="booked token", reply=line.PollReply).reply is line.PollReply
+        Caller("poll", passes="booked token own", reply=Swapped)
+    assert Caller("poll", passes="booked token own", reply=line.PollReply).reply is line.PollReply
 
 
 def test_a_header_that_changes_under_its_caller_stops_the_process_at_start_up(tmp_path):
