@@ -34,7 +34,7 @@ from booking_app import publish
 from booking_app.buyers import email_key
 from booking_app.models import GIVEN_BACK, TAKEN, Reservation, TakenSeat
 from queue_app.models import Event, Section
-from queue_app.tokens import Token, issued
+from queue_app.tokens import Token, issued, line_keys
 from ticketing import metrics, store
 from ticketing.celery import app
 from ticketing.errors import REDIS_ERRORS, DomainError
@@ -341,7 +341,7 @@ def release(
     return bool(
         store.run(
             _RELEASE.call(
-                k,
+                line_keys(k.event_id, b.token_raw),
                 booked=k.booked(b.token),
                 entry=entry_id,
                 reservation=str(b.reservation_id),
@@ -378,7 +378,7 @@ class Booked:
 
 def reserve_call(b: Booking, *, together: bool = False) -> store.Call:
     """The Redis step of a booking (lua/reserve.lua), for `store.run`."""
-    k = store.EventKeys(b.event_id)
+    k = line_keys(b.event_id, b.token_raw)
     return _RESERVE.call(
         k,
         booked=k.booked(b.token),

@@ -18,7 +18,8 @@
 -- setting that is not a number) fails the tick with nothing changed.
 --
 -- KEY meta        HASH    status, admitPerSecond, windowSeconds, maxActive, draw, opensAt,
---                         drawSize, mode, claimSeconds; admitRate is written
+--                         drawSize, mode, claimSeconds, priorityShare; admitRate,
+--                         laneRate and laneCarry are written
 -- KEY seq         STRING  last arrival number issued
 -- KEY popped      STRING  places already taken off the head of the line
 -- KEY left        STRING  bitmap of the places whose person left
@@ -32,12 +33,30 @@
 -- KEY claims      HASH    per admission log entry (`to`), the time its people must come
 --                         back by; ':' and how many did not, once counted
 -- KEY claimed     STRING  bitmap of the admitted places that came back
+-- KEY lane_seq    STRING  the priority lane's `seq`; and its other keys of a line, as the
+-- KEY lane_popped STRING  general line's of the same name (without lane_) are
+-- KEY lane_left   STRING
+-- KEY lane_holes  STRING
+-- KEY lane_windows ZSET
+-- KEY lane_per_window HASH
+-- KEY lane_claims HASH
+-- KEY lane_claimed STRING
 -- ARG lead        how long before a scheduled start its draw is due (ms)
 --
 -- A claim time (meta claimSeconds > 0; docs/modes.md): the people a tick admits
 -- must come back within it (lua/lib/line.lua: claim_of). Once an entry's claim
 -- time has passed, the tick counts those who did not and takes them off the active
 -- count before it admits, so their slots go to the next people in this same tick.
+--
+-- The priority lane (meta priorityShare, a percentage; lua/join.lua says who joins
+-- it) is a second line, admitted from first, in the same tick: up to its share of
+-- the second's admissions, more only when the general line has nobody waiting, so
+-- the general line always gets the rest. A share that is a fraction of a person
+-- (30 % of 1 a second) is carried from tick to tick (meta laneCarry, in hundredths
+-- of a person): over any ten ticks the lane gets 3 and the general line 7. Both
+-- lines' admissions count against the one
+-- active cap; each line keeps its own admission log, claims and observed rate
+-- (admitRate: the general line's, laneRate: the lane's).
 --
 -- An event with a scheduled start admits nobody until its pre-queue is drawn (meta
 -- draw = PENDING): NOT_OPEN, then DRAW_DUE from `lead` ms before the start on,
@@ -49,7 +68,7 @@
 -- REPLY outcome   ADMITTED, ALREADY_TICKED, NOT_OPEN, DRAW_DUE, SOLD_OUT, EMPTY
 --                 (nobody waiting), FULL (the active cap is reached) or EVENT_NOT_FOUND
 -- REPLY admitted  people admitted by this tick
--- REPLY waiting   people waiting after it (0 when it did not run)
+-- REPLY waiting   people waiting after it, in both lines (0 when it did not run)
 -- REPLY active    people in a window after it (0 when it did not run)
 -- needs: line
 
@@ -69,7 +88,7 @@ end
 
 -- 1. Read and validate; nothing is written before step 2.
 local fields = redis.call('HMGET', meta, 'status', 'admitPerSecond', 'windowSeconds', 'maxActive',
-  'admitRate', 'draw', 'opensAt', 'mode', 'claimSeconds')
+  'admitRate', 'draw', 'opensAt', 'mode', 'claimSeconds', 'priorityShare', 'laneRate', 'laneCarry')
 if not fields[1] then return {'EVENT_NOT_FOUND', 0, 0, 0} end
 
 local t = redis.call('TIME')
@@ -80,57 +99,68 @@ if last_tick >= second and last_tick - second <= CLOCK_JUMP_SECONDS then
   return {'ALREADY_TICKED', 0, 0, 0}
 end
 
+local general = {seq = seq, popped = popped, left = left, holes = holes, windows = windows,
+  per_window = per_window, claims = claims, claimed = claimed, rate_field = 'admitRate', rate = fields[5]}
+local priority = {seq = lane_seq, popped = lane_popped, left = lane_left, holes = lane_holes,
+  windows = lane_windows, per_window = lane_per_window, claims = lane_claims, claimed = lane_claimed,
+  rate_field = 'laneRate', rate = fields[11]}
+local lines = {priority, general}
+
 -- Each key written below is read here with a command that fails on the wrong type.
-local arrived, head, hole_count = counter(seq), counter(popped), counter(holes)
-local waiting = arrived - head - hole_count
 local active_count = counter(active)
-redis.call('STRLEN', left)
-redis.call('HLEN', per_window)
+for _, L in ipairs(lines) do
+  L.arrived, L.head, L.hole_count = counter(L.seq), counter(L.popped), counter(L.holes)
+  L.waiting = L.arrived - L.head - L.hole_count
+  redis.call('STRLEN', L.left)
+  redis.call('HLEN', L.per_window)
+  redis.call('HLEN', L.claims)
+  redis.call('STRLEN', L.claimed)
+end
 redis.call('LLEN', admit_log)
 
 local claim_ms = number(fields[9] or 0, 'claimSeconds') * 1000
-redis.call('HLEN', claims)
-redis.call('STRLEN', claimed)
+local share = number(fields[10] or 0, 'priorityShare')  -- percent
+local carry = number(fields[12] or 0, 'laneCarry')  -- hundredths of a person
 
 -- Windows that have passed leave the count of active people (less those already
 -- taken off as unclaimed). The log is in order of places, which is the order of
 -- time: the passed ones are at its start.
-local function claim_time(to)
-  local deadline = redis.call('HGET', claims, to)
-  if not deadline then return nil, 0 end
-  local by, gone = deadline:match('^(%d+):?(%d*)$')
-  if not by then error(claims .. ' holds a claim time that is not a number') end
-  if gone ~= '' then return nil, tonumber(gone) end  -- counted already
-  return tonumber(by), 0
+local function claim_time(L, to)
+  local by, gone = claim_deadline(L.claims, to)
+  if gone then return nil, gone end  -- counted already
+  return by, 0
 end
-local passed, counted = {}, {}
-for _, entry in ipairs(redis.call('ZRANGE', windows, 0, 99)) do
-  local to, ends, admitted = entry:match('^(%d+):%d+:(%d+):(%d+)$')
-  if not to then error(windows .. ' holds an entry that is not to:from:end:admitted') end
-  if tonumber(ends) > now then break end
-  passed[#passed + 1] = entry
-  local _, unclaimed = claim_time(to)
-  active_count = active_count - tonumber(admitted) + tonumber(redis.call('HGET', per_window, to) or 0)
-    + unclaimed
-end
--- Then the windows whose claim time has passed since the last count (claims' field
--- `upto`: the last entry counted) give back the slots of those who did not come back.
-local was_upto = redis.call('HGET', claims, 'upto') or '0'
-if not tonumber(was_upto) then error(claims .. ': upto is not a number') end
-local upto = was_upto
-for _, entry in ipairs(redis.call('ZRANGEBYSCORE', windows, '(' .. upto, '+inf', 'LIMIT', 0, 100)) do
-  local to, from, ends, admitted = entry:match('^(%d+):(%d+):(%d+):(%d+)$')
-  if not to then error(windows .. ' holds an entry that is not to:from:end:admitted') end
-  local by = claim_time(to)
-  if by and by >= now then break end  -- its claim time is on, and so is every later one's
-  if by and tonumber(ends) > now then
-    local unclaimed = tonumber(admitted) - ones(claimed, tonumber(from), tonumber(to))
-    counted[#counted + 1] = {to, by .. ':' .. unclaimed}
-    active_count = active_count - unclaimed
+for _, L in ipairs(lines) do
+  L.passed, L.counted = {}, {}
+  for _, entry in ipairs(redis.call('ZRANGE', L.windows, 0, 99)) do
+    local to, ends, admitted = entry:match('^(%d+):%d+:(%d+):(%d+)$')
+    if not to then error(L.windows .. ' holds an entry that is not to:from:end:admitted') end
+    if tonumber(ends) > now then break end
+    L.passed[#L.passed + 1] = entry
+    local _, unclaimed = claim_time(L, to)
+    active_count = active_count - tonumber(admitted) + tonumber(redis.call('HGET', L.per_window, to) or 0)
+      + unclaimed
   end
-  upto = to
+  -- Then the windows whose claim time has passed since the last count (claims' field
+  -- `upto`: the last entry counted) give back the slots of those who did not come back.
+  L.was_upto = redis.call('HGET', L.claims, 'upto') or '0'
+  if not tonumber(L.was_upto) then error(L.claims .. ': upto is not a number') end
+  L.upto = L.was_upto
+  for _, entry in ipairs(redis.call('ZRANGEBYSCORE', L.windows, '(' .. L.upto, '+inf', 'LIMIT', 0, 100)) do
+    local to, from, ends, admitted = entry:match('^(%d+):(%d+):(%d+):(%d+)$')
+    if not to then error(L.windows .. ' holds an entry that is not to:from:end:admitted') end
+    local by = claim_time(L, to)
+    if by and by >= now then break end  -- its claim time is on, and so is every later one's
+    if by and tonumber(ends) > now then
+      local unclaimed = tonumber(admitted) - ones(L.claimed, tonumber(from), tonumber(to))
+      L.counted[#L.counted + 1] = {to, by .. ':' .. unclaimed}
+      active_count = active_count - unclaimed
+    end
+    L.upto = to
+  end
 end
 active_count = math.max(active_count, 0)
+local waiting = priority.waiting + general.waiting
 
 local outcome, want = 'ADMITTED', 0
 if fields[6] == 'PENDING' then
@@ -155,16 +185,14 @@ else
   end
 end
 
--- Who is admitted: the first `want` places after `head` whose bit in `left` is
--- clear, up to `arrived`. Holes (set bits) are passed; `last` is the last place passed.
-local admitted, passed_holes, last = 0, 0, head
-local window_ms, rate
-if outcome == 'ADMITTED' then
-  window_ms = number(fields[3], 'windowSeconds') * 1000
-  rate = number(fields[5] or 0, 'admitRate')
+-- Who is admitted from a line: the first `want` places after its head whose bit in
+-- `left` is clear, up to `arrived`. Holes (set bits) are passed; L.last is the last
+-- place passed.
+local function take(L, want)
+  local admitted, passed_holes, last, arrived = 0, 0, L.head, L.arrived
   while admitted < want and last < arrived do
     local first_byte = math.floor((last + 1) / 8)
-    local bytes = redis.call('GETRANGE', left, first_byte, first_byte + CHUNK - 1)
+    local bytes = redis.call('GETRANGE', L.left, first_byte, first_byte + CHUNK - 1)
     for i = 0, CHUNK - 1 do
       local c = bytes:byte(i + 1) or 0
       local base = (first_byte + i) * 8  -- the place of this byte's first bit
@@ -174,7 +202,7 @@ if outcome == 'ADMITTED' then
         admitted, last = admitted + hi - lo + 1, hi
       elseif c == 255 then
         -- A run of holes: BITPOS finds its end at C speed.
-        local clear = redis.call('BITPOS', left, 0, first_byte + i)
+        local clear = redis.call('BITPOS', L.left, 0, first_byte + i)
         local upto = math.min(arrived, clear - 1)
         passed_holes, last = passed_holes + upto - lo + 1, upto
         break  -- read on from there
@@ -192,32 +220,62 @@ if outcome == 'ADMITTED' then
       if admitted == want or last >= arrived then break end
     end
   end
+  L.admitted, L.passed_holes, L.last = admitted, passed_holes, last
+  return admitted
+end
+
+local window_ms
+if outcome == 'ADMITTED' then
+  window_ms = number(fields[3], 'windowSeconds') * 1000
+  number(fields[5] or 0, 'admitRate')
+  number(fields[11] or 0, 'laneRate')
+  -- The lane's part of this second: its share, or all of it while the general line
+  -- has nobody waiting; the general line takes what the lane leaves.
+  local lane_want = 0
+  if share > 0 then
+    if general.waiting <= 0 or fields[8] == 'pass-through' then
+      lane_want = want
+    elseif priority.waiting > 0 then
+      -- What the lane is owed this tick, in hundredths of a person.
+      local owed = carry + math.min(want, number(fields[2], 'admitPerSecond')) * share
+      lane_want = math.floor(owed / 100)
+      carry = owed - lane_want * 100
+    end
+    lane_want = math.min(lane_want, want)
+  end
+  take(general, want - take(priority, lane_want))
 end
 
 -- 2. Write. Every key below was read above, so none of these can fail.
 redis.call('SET', tick, second)
-for _, entry in ipairs(passed) do
-  redis.call('ZREM', windows, entry)
-  redis.call('HDEL', per_window, entry:match('^(%d+):'))
-  redis.call('HDEL', claims, entry:match('^(%d+):'))
-end
-for _, count in ipairs(counted) do redis.call('HSET', claims, count[1], count[2]) end
-if upto ~= was_upto then redis.call('HSET', claims, 'upto', upto) end
-if outcome == 'ADMITTED' then
-  if admitted > 0 then
-    local ends = now + window_ms
-    redis.call('ZADD', windows, last, last .. ':' .. (head + 1) .. ':' .. ends .. ':' .. admitted)
-    if claim_ms > 0 then redis.call('HSET', claims, last, now + claim_ms) end
+local admitted = 0
+for _, L in ipairs(lines) do
+  for _, entry in ipairs(L.passed) do
+    redis.call('ZREM', L.windows, entry)
+    redis.call('HDEL', L.per_window, entry:match('^(%d+):'))
+    redis.call('HDEL', L.claims, entry:match('^(%d+):'))
   end
-  redis.call('SET', popped, last)
-  redis.call('SET', holes, hole_count - passed_holes)
+  for _, count in ipairs(L.counted) do redis.call('HSET', L.claims, count[1], count[2]) end
+  if L.upto ~= L.was_upto then redis.call('HSET', L.claims, 'upto', L.upto) end
+  if outcome == 'ADMITTED' and (L.arrived > 0 or L == general) then
+    if L.admitted > 0 then
+      local ends = now + window_ms
+      local claim_by = claim_ms > 0 and now + claim_ms or nil
+      log_admission(L.windows, L.claims, L.last, L.head + 1, ends, L.admitted, claim_by)
+    end
+    redis.call('SET', L.popped, L.last)
+    redis.call('SET', L.holes, L.hole_count - L.passed_holes)
 
-  -- The observed rate feeds each person's estimated wait (smoothed over ~5 ticks).
-  local gap = last_tick > 0 and math.min(math.max(second - last_tick, 1), 10) or 1
-  local sample = admitted / gap
-  if rate == 0 then rate = sample else rate = rate * 0.8 + sample * 0.2 end
-  redis.call('HSET', meta, 'admitRate', string.format('%.3f', rate))
+    -- The observed rate feeds each person's estimated wait (smoothed over ~5 ticks).
+    local rate = tonumber(L.rate or 0)
+    local gap = last_tick > 0 and math.min(math.max(second - last_tick, 1), 10) or 1
+    local sample = L.admitted / gap
+    if rate == 0 then rate = sample else rate = rate * 0.8 + sample * 0.2 end
+    redis.call('HSET', meta, L.rate_field, string.format('%.3f', rate))
+    admitted = admitted + L.admitted
+  end
 end
+if share > 0 then redis.call('HSET', meta, 'laneCarry', carry) end
 active_count = active_count + admitted
 redis.call('SET', active, active_count)
 redis.call('LPUSH', admit_log, second .. ':' .. admitted)

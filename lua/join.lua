@@ -26,7 +26,7 @@
 -- KEY meta        HASH    status, gen, requireAccount, proofOfWork, maxPerAddress, draw,
 --                         opensAt, drawSize (written when this join closes the pre-queue),
 --                         mode, admitPerSecond, windowSeconds, maxActive, claimSeconds,
---                         presaleUntil
+--                         presaleUntil, priorityShare
 -- KEY seq         STRING  last arrival number issued
 -- KEY left        STRING  bitmap of the places whose person left
 -- KEY leftpre     STRING  bitmap of the pre-queue numbers whose person left before the draw
@@ -52,8 +52,18 @@
 -- KEY claimed     STRING  bitmap of the admitted places that came back
 -- KEY codes       HASH    a presale's codes: the first 16 bytes of a code's hash -> uses left
 --                         (queue_app/presale.py)
+-- KEY lane_seq    STRING  the priority lane's `seq`; and its other keys of a line, as the
+-- KEY lane_nonces STRING  general line's of the same name (without lane_) are
+-- KEY lane_popped STRING
+-- KEY lane_left   STRING
+-- KEY lane_holes  STRING
+-- KEY lane_windows ZSET
+-- KEY lane_per_window HASH
+-- KEY lane_claims HASH
+-- KEY lane_claimed STRING
+-- KEY lane_booked_places STRING
 -- ARG old  rejoin: the old token, 16 raw bytes; join: ''
--- ARG event_id  event id
+-- ARG event_id  event id (a place of the priority lane is signed for event_id .. '~p')
 -- ARG ipad  the key's inner HMAC pad, 64 bytes
 -- ARG opad  the key's outer HMAC pad, 64 bytes
 -- ARG account  the signed-in account's id, or ''
@@ -83,7 +93,16 @@
 -- A presale (meta presaleUntil, ms; docs/presale.md): until then a new place needs
 -- the account on the allow-list or a code with a use left, spent with the place's
 -- writes. A place kept (a rejoin, an account's live place) needs neither; after the
--- presale a code sent is ignored.
+-- presale a code sent is ignored, unless the event has a priority lane.
+--
+-- The priority lane (meta priorityShare > 0, never with a scheduled start;
+-- docs/modes.md): a second line of the event, with keys of its own (lane_*), that
+-- the tick admits from ahead of the general line at that share of the rate
+-- (lua/admit.lua). A presale's holders join it, in the presale and after it: an
+-- account on the allow-list, or a code with a use left (a code that is not, sent
+-- then, is refused as in the presale). Its tokens carry the top bit of their random
+-- bytes set (the general line's, clear), so that any script tells a token's line;
+-- an owner's live places are counted over both lines.
 --
 -- The event's mode (meta mode; docs/modes.md) decides whether a new place waits
 -- for the tick. `queue` (or none): it does. `safety-net`: while nobody waits (every
@@ -117,7 +136,7 @@
 -- needs: line
 local fields = redis.call('HMGET', meta, 'status', 'requireAccount', 'proofOfWork', 'maxPerAddress',
   'draw', 'opensAt', 'drawSize', 'gen', 'mode', 'admitPerSecond', 'windowSeconds', 'maxActive', 'claimSeconds',
-  'presaleUntil')
+  'presaleUntil', 'priorityShare')
 local status = fields[1]
 if not status then return {'EVENT_NOT_FOUND'} end
 local gen = generation(fields[8])
@@ -127,8 +146,21 @@ if old ~= '' then
 end
 if status == 'CLOSED' then return {'EVENT_CLOSED'} end
 
-local head = counter(popped)
 local now = now_ms()
+
+-- The two lines' keys; a token's line is told by the top bit of its byte 3.
+local general = {seq = seq, nonces = nonces, popped = popped, left = left, holes = holes, windows = windows,
+  per_window = per_window, claims = claims, claimed = claimed, booked_places = booked_places}
+local priority = {seq = lane_seq, nonces = lane_nonces, popped = lane_popped, left = lane_left,
+  holes = lane_holes, windows = lane_windows, per_window = lane_per_window, claims = lane_claims,
+  claimed = lane_claimed, booked_places = lane_booked_places, lane = true}
+local function line_of(token)
+  return token:byte(3) >= 128 and priority or general
+end
+local heads = {[general] = counter(popped), [priority] = counter(lane_popped)}
+local function waiting(L)
+  return counter(L.seq) - heads[L] - counter(L.holes)
+end
 
 -- The pre-queue: open (before the start, nothing closed it yet), or its size.
 local draw, size = fields[5], tonumber(fields[7] or '')
@@ -141,8 +173,8 @@ if draw == 'PENDING' and not size then
     size = counter(seq)
   end
 end
-local function prequeue(n)
-  if draw ~= 'PENDING' and draw ~= 'DONE' then return 0 end
+local function prequeue(n, L)
+  if L.lane or (draw ~= 'PENDING' and draw ~= 'DONE') then return 0 end
   if not size or n <= size then return 1 end
   return 0
 end
@@ -152,18 +184,18 @@ end
 -- admitted and its window passed. 'ACTIVE' comes with its place when this is the
 -- person coming back (claim_of: CLAIM).
 local function live(token)
-  local n = number_of(token)
-  if not issued(nonces, gen, token, n) then return nil end
-  if draw == 'PENDING' and prequeue(n) == 1 then
+  local n, L = number_of(token), line_of(token)
+  if not issued(L.nonces, gen, token, n) then return nil end
+  if draw == 'PENDING' and prequeue(n, L) == 1 then
     if is_set(leftpre, n) then return nil end
     return 'WAITING'
   end
-  local place = (draw == 'DONE' and prequeue(n) == 1) and drawn_place(drawpos, n) or n
-  if is_set(left, place) then return nil end
-  if place > head then return 'WAITING' end
-  local ends, to = window_of(windows, place)
-  if ends and ends > now and not is_set(booked_places, place) then
-    local claim = claim_of(claims, claimed, to, place, now)
+  local place = (draw == 'DONE' and prequeue(n, L) == 1) and drawn_place(drawpos, n) or n
+  if is_set(L.left, place) then return nil end
+  if place > heads[L] then return 'WAITING' end
+  local ends, to = window_of(L.windows, place)
+  if ends and ends > now and not is_set(L.booked_places, place) then
+    local claim = claim_of(L.claims, L.claimed, to, place, now)
     if claim == 'PASSED' then return nil end  -- a grace is taken by a poll (the page's first)
     return 'ACTIVE', claim == 'CLAIM' and place or nil
   end
@@ -172,8 +204,9 @@ end
 
 if old ~= '' then
   local state, claiming = live(old)
-  if claiming then redis.call('SETBIT', claimed, claiming, 1) end
-  if state then return {state, 0, prequeue(number_of(old))} end
+  local mine = line_of(old)
+  if claiming then redis.call('SETBIT', mine.claimed, claiming, 1) end
+  if state then return {state, 0, prequeue(number_of(old), mine)} end
 end
 local mode = fields[9] or 'queue'
 if mode == 'reject' then return {'EVENT_REJECTING', redis.call('HGET', meta, 'message') or ''} end
@@ -194,7 +227,7 @@ if fields[2] == '1' then
   if account == '' then return {'ACCOUNT_REQUIRED'} end
   owner, bucket = 'u' .. account, account_bucket
   local place = held(bucket, owner)[1]
-  if place then return {'HELD', live(place), place, prequeue(number_of(place))} end
+  if place then return {'HELD', live(place), place, prequeue(number_of(place), line_of(place))} end
 else
   local cap = tonumber(fields[4] or 0) or 0
   if cap > 0 and address ~= '' then
@@ -218,31 +251,40 @@ if proof then
   if redis.call('SISMEMBER', proofs, solution) == 1 then return {'PROOF_OF_WORK', 'used'} end
 end
 
--- --- Presale: a pass, or a code with a use left (spent below, with the writes) ---
-local spend = false
+-- --- Presale and the priority lane: a pass, or a code with a use left (spent below,
+-- with the writes) ---
+local spend, L = false, general
 local presale_until = tonumber(fields[14] or '')
-if presale_until and now < presale_until and presale_pass ~= '1' then
+local in_presale = presale_until and now < presale_until
+local share = tonumber(fields[15] or 0) or error(meta .. ': priorityShare is not a number')
+if share > 0 and draw then share = 0 end  -- no lane with a scheduled start
+if (in_presale or share > 0) and presale_pass ~= '1' then
   -- An account on the allow-list spends no code: ask the caller first.
   if presale_pass == '' and account ~= '' then return {'PRESALE_PASS'} end
-  if code == '' then return {'PRESALE_CODE_REQUIRED'} end
-  local uses = redis.call('HGET', codes, code)
-  if not uses then return {'PRESALE_CODE_INVALID'} end
-  -- HINCRBY's own rule (an integer), checked here: it runs after the writes.
-  if not uses:match('^%-?%d+$') or #uses > 18 then error(codes .. ': uses left is not a number') end
-  if tonumber(uses) <= 0 then return {'PRESALE_CODE_USED_UP'} end
-  spend = true
+  if code ~= '' then
+    local uses = redis.call('HGET', codes, code)
+    if not uses then return {'PRESALE_CODE_INVALID'} end
+    -- HINCRBY's own rule (an integer), checked here: it runs after the writes.
+    if not uses:match('^%-?%d+$') or #uses > 18 then error(codes .. ': uses left is not a number') end
+    if tonumber(uses) <= 0 then return {'PRESALE_CODE_USED_UP'} end
+    spend = true
+  elseif in_presale then
+    return {'PRESALE_CODE_REQUIRED'}
+  end
 end
+if share > 0 and (spend or presale_pass == '1') then L = priority end
+local head = heads[L]
 -- --- end of presale ---
 
 -- The keys about to be written, checked first: a write that fails after INCR
 -- would leave a number issued to nobody. The pattern is INCR's own rule (an integer
 -- without leading zeros), kept within the token's 40 bits.
-local last = redis.call('GET', seq)
+local last = redis.call('GET', L.seq)
 if last and not (last == '0' or (#last <= 12 and last:match('^[1-9]%d*$'))) then
-  error(seq .. ' is not a number a token can carry')
+  error(L.seq .. ' is not a number a token can carry')
 end
 if #ipad ~= 64 or #opad ~= 64 or #nonce ~= 2 then error('key pads or nonce of the wrong size') end
-redis.call('STRLEN', nonces)
+redis.call('STRLEN', L.nonces)
 local into_pre = draw == 'PENDING' and not size
 if into_pre and redis.call('STRLEN', pre) ~= (tonumber(last) or 0) * 16 then
   error(pre .. ' does not hold one token per number issued')
@@ -255,19 +297,22 @@ if proof then redis.call('SCARD', proofs) end
 local through, newest
 if (mode == 'safety-net' or mode == 'pass-through') and status == 'OPEN' and draw ~= 'PENDING'
     and counter(seats) > 0 then
-  local hole_count, active_count = counter(holes), counter(active)
-  local before = (tonumber(last) or 0) - head - hole_count  -- waiting ahead of the new place
+  local active_count = counter(active)
+  local before = waiting(L)  -- waiting ahead of the new place
+  -- Safety-net admits only while nobody waits in either line (lua/admit.lua admits the
+  -- lane first, at its share).
+  if mode == 'safety-net' and waiting(L == general and priority or general) > 0 then before = -1 end
   local window_ms = (tonumber(fields[11] or '') or error(meta .. ': windowSeconds is not a number')) * 1000
   local rate = tonumber(fields[10] or '') or error(meta .. ': admitPerSecond is not a number')
   local cap = tonumber(fields[12] or 0) or error(meta .. ': maxActive is not a number')
   local claim_ms = (tonumber(fields[13] or 0) or error(meta .. ': claimSeconds is not a number')) * 1000
-  redis.call('HLEN', per_window)
-  redis.call('HLEN', claims)
-  redis.call('STRLEN', claimed)
-  local entry = redis.call('ZRANGE', windows, -1, -1)[1]
+  redis.call('HLEN', L.per_window)
+  redis.call('HLEN', L.claims)
+  redis.call('STRLEN', L.claimed)
+  local entry = redis.call('ZRANGE', L.windows, -1, -1)[1]
   if entry then
     local to, from, ends, admitted = entry:match('^(%d+):(%d+):(%d+):(%d+)$')
-    if not to then error(windows .. ' holds an entry that is not to:from:end:admitted') end
+    if not to then error(L.windows .. ' holds an entry that is not to:from:end:admitted') end
     if tonumber(to) == head and tonumber(ends) > now + window_ms - 1000 then
       newest = {entry = entry, to = to, from = from, ends = ends, admitted = tonumber(admitted)}
     end
@@ -281,13 +326,15 @@ if (mode == 'safety-net' or mode == 'pass-through') and status == 'OPEN' and dra
 end
 
 if closing then redis.call('HSET', meta, 'drawSize', size) end
-local arrival = redis.call('INCR', seq)
+local arrival = redis.call('INCR', L.seq)
 local number = string.char(math.floor(arrival / 4294967296) % 256, math.floor(arrival / 16777216) % 256,
   math.floor(arrival / 65536) % 256, math.floor(arrival / 256) % 256, arrival % 256)
 -- HMAC-SHA1 = SHA1(opad .. SHA1(ipad .. message)); sha1hex answers hex, turned into
 -- bytes 4 at a time (8 hex digits): half the cost of a byte at a time.
-local prefix = gen .. nonce
-local inner, h, k = {}, redis.sha1hex(ipad .. event_id .. '\0' .. prefix .. number), 0
+local first = L.lane and bit.bor(nonce:byte(1), 128) or bit.band(nonce:byte(1), 127)
+local prefix = gen .. string.char(first) .. nonce:sub(2)
+local line = L.lane and event_id .. '~p' or event_id
+local inner, h, k = {}, redis.sha1hex(ipad .. line .. '\0' .. prefix .. number), 0
 for j = 1, 33, 8 do
   local n = tonumber(h:sub(j, j + 7), 16)
   inner[k + 1], inner[k + 2] = math.floor(n / 16777216), math.floor(n / 65536) % 256
@@ -299,7 +346,7 @@ local m = {}
 for j = 1, 7 do m[j] = tonumber(mac:sub(2 * j - 1, 2 * j), 16) end
 local token = prefix .. string.char(m[1], m[2], 0x80 + m[3] % 16, m[4], 0x80 + m[5] % 64) .. number
   .. string.char(m[6], m[7])
-redis.call('SETRANGE', nonces, arrival * 2 - 2, nonce)
+redis.call('SETRANGE', L.nonces, arrival * 2 - 2, prefix:sub(3, 4))
 if into_pre then redis.call('APPEND', pre, token) end
 if bucket then redis.call('HSET', bucket, token, owner) end
 if site_owner ~= '' then redis.call('HSET', site_bucket, token, site_owner) end
@@ -313,21 +360,20 @@ if through then
   local claim_by = through.claim_ms > 0 and now + through.claim_ms or nil
   if newest then
     from, ends, admitted = newest.from, newest.ends, newest.admitted + admitted
-    redis.call('ZREM', windows, newest.entry)
-    local booked_in = redis.call('HGET', per_window, newest.to)
+    redis.call('ZREM', L.windows, newest.entry)
+    local booked_in = redis.call('HGET', L.per_window, newest.to)
     if booked_in then
-      redis.call('HDEL', per_window, newest.to)
-      redis.call('HSET', per_window, arrival, booked_in)
+      redis.call('HDEL', L.per_window, newest.to)
+      redis.call('HSET', L.per_window, arrival, booked_in)
     end
-    claim_by = redis.call('HGET', claims, newest.to) or claim_by
-    redis.call('HDEL', claims, newest.to)
+    claim_by = redis.call('HGET', L.claims, newest.to) or claim_by
+    redis.call('HDEL', L.claims, newest.to)
   end
-  redis.call('ZADD', windows, arrival, arrival .. ':' .. from .. ':' .. ends .. ':' .. admitted)
-  if claim_by then redis.call('HSET', claims, arrival, claim_by) end
-  if claim_by then redis.call('SETBIT', claimed, arrival, 1) end
-  redis.call('SET', popped, arrival)
-  redis.call('SET', holes, 0)
+  log_admission(L.windows, L.claims, arrival, from, ends, admitted, claim_by)
+  if claim_by then redis.call('SETBIT', L.claimed, arrival, 1) end
+  redis.call('SET', L.popped, arrival)
+  redis.call('SET', L.holes, 0)
   redis.call('SET', active, through.active + through.admitted)
 end
 if spend then redis.call('HINCRBY', codes, code, -1) end  -- presale
-return {'JOINED', now, token, prequeue(arrival), through and 1 or 0}
+return {'JOINED', now, token, prequeue(arrival, L), through and 1 or 0}

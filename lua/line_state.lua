@@ -2,7 +2,8 @@
 -- event's settings and counters, and the leavers logged since the process last read.
 -- Writes nothing.
 --
--- KEY meta        HASH    status, gen (4 hex digits), admitRate, opensAt, draw, drawSize, held, message
+-- KEY meta        HASH    status, gen (4 hex digits), admitRate, opensAt, draw, drawSize, held, message,
+--                         laneRate
 -- KEY seq         STRING  last arrival number issued
 -- KEY popped      STRING  places already taken off the head of the line
 -- KEY holes       STRING  how many places after `popped` were left
@@ -27,7 +28,9 @@
 -- REPLY length    the log's length
 -- REPLY held      seats held by buyers paying now (lua/held_note.lua)
 -- REPLY message   the operator's message to the crowd (JSON, queue_app/events.py), or ''
-local fields = redis.call('HMGET', meta, 'status', 'gen', 'admitRate', 'opensAt', 'draw', 'drawSize', 'held', 'message')
+-- REPLY lane_rate laneRate: the priority lane's admitRate (lua/admit.lua)
+local fields = redis.call('HMGET', meta, 'status', 'gen', 'admitRate', 'opensAt', 'draw', 'drawSize', 'held', 'message',
+  'laneRate')
 if not fields[1] then return {false} end
 -- GET, not MGET: a key of the wrong type fails the script rather than reading as nil.
 local counters = {}
@@ -40,4 +43,4 @@ local length = redis.call('STRLEN', leftlog)
 local chunk = ''
 if length > start then chunk = redis.call('GETRANGE', leftlog, start, math.min(length, start + limit) - 1) end
 return {fields[1], fields[2], fields[3] or '0', fields[4] or '', fields[5] or '', fields[6] or '',
-  counters[1], counters[2], counters[3], counters[4], chunk, length, fields[7] or '0', fields[8] or ''}
+  counters[1], counters[2], counters[3], counters[4], chunk, length, fields[7] or '0', fields[8] or '', fields[9] or '0'}

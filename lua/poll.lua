@@ -9,7 +9,7 @@
 -- (bits of `left`). See lua/lib/line.lua.
 --
 -- KEY meta        HASH    status, gen, admitRate, opensAt, draw, drawSize, held, message,
---                         claimGrace, maxActive
+--                         claimGrace, maxActive, laneRate
 -- KEY seq         STRING  last arrival number issued
 -- KEY popped      STRING  places already taken off the head of the line
 -- KEY left        STRING  bitmap of the places whose person left
@@ -50,6 +50,8 @@
 -- REPLY position  its drawn position once drawn, else 0
 -- REPLY held      seats held by buyers paying now (lua/held_note.lua), which may come back
 -- REPLY message   the operator's message to the crowd (JSON, queue_app/events.py), or ''
+-- REPLY lane_rate laneRate: the priority lane's admitRate (the caller of a token of the
+--                 lane reads it instead; lua/admit.lua)
 -- Writes only an admitted person's claim (lua/lib/line.lua: claim_of, and claim_regain
 -- for a late one on an event with a grace), and only on their own poll (`own`): this
 -- poll is them coming back. Validates
@@ -57,7 +59,7 @@
 -- number fails the script.
 -- needs: line
 local fields = redis.call('HMGET', meta, 'status', 'admitRate', 'opensAt', 'draw', 'drawSize', 'gen', 'held',
-  'message', 'claimGrace', 'maxActive')
+  'message', 'claimGrace', 'maxActive', 'laneRate')
 local status = fields[1]
 if not status then return {'EVENT_NOT_FOUND'} end
 
@@ -71,7 +73,7 @@ local position = 0
 if draw == 'DONE' and prequeue == 1 then position = drawn_place(drawpos, n) end
 local function answer(state, detail)
   return {state, waiting, seats_left, status, detail or false, fields[2] or '0', fields[3] or false, prequeue,
-    position, tonumber(fields[7] or 0) or 0, fields[8] or ''}
+    position, tonumber(fields[7] or 0) or 0, fields[8] or '', fields[11] or '0'}
 end
 
 local mark = redis.call('GET', booked)

@@ -46,6 +46,7 @@ class EventForm(forms.ModelForm):
             "hold_seconds",
             "opens_at",
             "public_from",
+            "priority_share",
         ]
 
     def clean_opens_at(self) -> object:
@@ -183,9 +184,11 @@ class EventAdmin(SeatMapAdmin, PresaleAdmin, EventMessagesAdmin, SupportAdmin, a
                     "Before the public start, only people with a presale code (made on the presale codes "
                     "page, handed over once as a file) or a signed-in account on the allow-list below "
                     "may join; a code of several uses gives that many places. From the public start, "
-                    "anyone may join. A scheduled start's draw applies to presale joins as to any."
+                    "anyone may join. A scheduled start's draw applies to presale joins as to any. "
+                    "With a priority share, the same holders join a priority lane, admitted first at "
+                    "that share of the rate, during the presale and after it."
                 ),
-                "fields": ["public_from", "presale_link"],
+                "fields": ["public_from", "priority_share", "presale_link"],
             },
         ),
         (_("Record"), {"fields": ["created_at", "updated_at"]}),

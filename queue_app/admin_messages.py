@@ -26,6 +26,11 @@ class MessageForm(forms.ModelForm):
             "text_en": forms.Textarea(attrs={"rows": 2, "cols": 60, "lang": "en"}),
         }
 
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        for field in self.fields.values():
+            field.help_text = gettext("At most %(n)s characters.") % {"n": field.max_length}
+
 
 # How many past messages the page lists (the newest first).
 HISTORY_SHOWN = 50

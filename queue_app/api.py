@@ -290,6 +290,12 @@ class PositionOutput(serializers.Serializer):
         allow_null=True,
         help_text="a place of the pre-queue, once drawn: its position",
     )
+    priorityLane = serializers.BooleanField(  # noqa: N815
+        source="lane",
+        help_text="the place is in the event's priority lane (a presale holder's), admitted ahead of the "
+        "general line at the operator's share of the rate: rank, totalWaiting, ahead, behind and "
+        "etaSeconds count in the lane",
+    )
     message = MessageField(
         allow_null=True,
         help_text="The operator's message to everyone in this event's line (\"Doors open 10 minutes "

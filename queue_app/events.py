@@ -48,6 +48,7 @@ def event_publish(event: Event, *, sold: int | None = None) -> int:
         "claimSeconds": event.claim_seconds,
         "claimGrace": int(event.claim_grace),
         "presaleUntil": presale.until_ms(event),
+        "priorityShare": event.priority_share,
         "message": _published_message(event),
     }
     pairs = [x for item in fields.items() for x in item]
@@ -104,18 +105,22 @@ def event_wipe(event_id: str) -> int:
 
 
 def event_live_numbers(event_id: str) -> dict:
-    """Waiting, active, seats left, admitted in the last minute and joins refused by
-    reason, for operators."""
+    """Waiting (in both lines: `waitingPriority` of them in the priority lane),
+    active, seats left, admitted in the last minute and joins refused by reason, for
+    operators."""
     k = store.EventKeys(event_id)
     now = store.now_ms(event_id)
     pipe = store.event_pipeline(event_id)
-    pipe.get(k.seq).get(k.popped).get(k.holes)
+    pipe.get(k.seq).get(k.popped).get(k.holes).get(k.lane_seq).get(k.lane_popped).get(k.lane_holes)
     pipe.get(k.active).get(k.seats).hget(k.meta, "status").lrange(k.admit_log, 0, 60)
     pipe.hgetall(k.refused)
-    seq, popped, holes, active, seats, status, ticks, refused = pipe.execute()
+    *counters, active, seats, status, ticks, refused = pipe.execute()
+    seq, popped, holes, lane_seq, lane_popped, lane_holes = (int(n or 0) for n in counters)
     recent = (tick.split(b":") for tick in ticks)
+    lane_waiting = lane_seq - lane_popped - lane_holes
     return {
-        "waiting": int(seq or 0) - int(popped or 0) - int(holes or 0),
+        "waiting": seq - popped - holes + lane_waiting,
+        "waitingPriority": lane_waiting,
         "active": int(active or 0),
         "seatsLeft": int(seats) if seats is not None else None,
         "status": status.decode() if status else None,

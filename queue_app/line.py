@@ -62,6 +62,7 @@ class PollReply(NamedTuple):
     # The operator's message: from Redis its JSON (b"" for none); from the copy, decoded
     # already (`decoded_message`), so that an answer carries a reference, not a parse.
     message: Any = None
+    lane_rate: bytes = b"0"  # the priority lane's observed rate (the copy's: its line's)
 
 
 class LineState(NamedTuple):
@@ -82,6 +83,7 @@ class LineState(NamedTuple):
     length: int = 0
     held: bytes = b"0"
     message: bytes = b""
+    lane_rate: bytes = b"0"
 
 
 @receiver(setting_changed)
@@ -108,9 +110,10 @@ POSITIONS_CHUNK = 16_384
 
 @dataclass(slots=True)
 class Line:
-    """One event's line, as last read."""
+    """One event's line (its general line, or its priority lane), as last read."""
 
     event_id: str
+    lane: bool = False
     found: bool = False
     status: bytes = b""
     gen: bytes = b""
@@ -164,7 +167,7 @@ class Line:
             if misread:
                 return True
         self.found, self.status, self.gen = True, reply.status, gen
-        self.admit_rate, self.draw = reply.rate, reply.draw
+        self.admit_rate, self.draw = reply.lane_rate if self.lane else reply.rate, reply.draw
         self.opens_at = int(reply.opens_at) if reply.opens_at else None
         self.draw_size = int(reply.draw_size) if reply.draw_size else None
         self.seq, self.popped = int(reply.seq), int(reply.popped)
@@ -278,6 +281,7 @@ class Line:
             position=position,
             held=self.held,
             message=self.message,
+            lane_rate=self.admit_rate,
         )
 
 
@@ -313,7 +317,7 @@ _LINE_STATE = store.Caller("line_state", passes="offset most", reply=LineState)
 
 
 def _call(line: Line, offset: int) -> store.Call:
-    return _LINE_STATE.call(store.event_keys(line.event_id), offset=offset, most=LOG_CHUNK)
+    return _LINE_STATE.call(store.event_keys(line.event_id, line.lane), offset=offset, most=LOG_CHUNK)
 
 
 def _refresh(line: Line) -> None:
@@ -334,13 +338,18 @@ async def _arefresh(line: Line) -> None:
     line.read_at = started
 
 
-def _line(event_id: str) -> Line:
-    found = _lines.get(event_id)
+def _line(line_id: str, event_id: str, lane: bool) -> Line:
+    found = _lines.get(line_id)
     if found is None:
         if len(_lines) >= _MAX_EVENTS:
             _lines.pop(next(iter(_lines)))
-        found = _lines[event_id] = Line(event_id)
+        found = _lines[line_id] = Line(event_id, lane)
     return found
+
+
+def _line_id(event_id: str, lane: bool) -> str:
+    """A line's name among the copies: the event id, or the priority lane's."""
+    return event_id + "~p" if lane else event_id
 
 
 def _positions_range(line: Line, chunk: int) -> tuple[str, int, int]:
@@ -359,18 +368,19 @@ def _took_positions(line: Line, chunk: int, gen: bytes, read: bytes) -> None:
             line.positions[chunk] = read
 
 
-def current(event_id: str, number: int = 0) -> Line:
-    """The event's line, refreshed first when older than the refresh interval (one
-    refresh at a time per event: the other threads wait for it), with the drawn
-    positions that `number`'s poll needs."""
-    line = _line(event_id)
+def current(event_id: str, number: int = 0, lane: bool = False) -> Line:
+    """The event's line (`lane`: its priority lane), refreshed first when older than
+    the refresh interval (one refresh at a time per line: the other threads wait for
+    it), with the drawn positions that `number`'s poll needs."""
+    line_id = _line_id(event_id, lane)
+    line = _line(line_id, event_id, lane)
     if time.monotonic() - line.read_at >= _refresh_seconds:
-        with _locks.setdefault(event_id, threading.Lock()):
+        with _locks.setdefault(line_id, threading.Lock()):
             if time.monotonic() - line.read_at >= _refresh_seconds:
                 _refresh(line)
     chunk = line.missing_positions(number)
     if chunk is not None:
-        with _locks.setdefault(event_id, threading.Lock()):
+        with _locks.setdefault(line_id, threading.Lock()):
             if chunk not in line.positions:
                 gen = line.gen
                 _took_positions(line, chunk, gen, store.client().getrange(*_positions_range(line, chunk)))
@@ -397,12 +407,13 @@ async def _once(event_id: str, what: Any, work: Any) -> None:
         await asyncio.shield(pending)
 
 
-async def acurrent(event_id: str, number: int = 0) -> Line:
+async def acurrent(event_id: str, number: int = 0, lane: bool = False) -> Line:
     """`current` on the asyncio client: the polls of one event-loop turn that find
     the copy stale all wait for one refresh."""
-    line = _line(event_id)
+    line_id = _line_id(event_id, lane)
+    line = _line(line_id, event_id, lane)
     if time.monotonic() - line.read_at >= _refresh_seconds:
-        await _once(event_id, "state", lambda: _arefresh(line))
+        await _once(line_id, "state", lambda: _arefresh(line))
     chunk = line.missing_positions(number)
     if chunk is not None:
 
@@ -411,14 +422,14 @@ async def acurrent(event_id: str, number: int = 0) -> Line:
             found = await store.batcher().execute("GETRANGE", *_positions_range(line, chunk))
             _took_positions(line, chunk, gen, found)
 
-        await _once(event_id, chunk, read)
+        await _once(line_id, chunk, read)
     return line
 
 
-def noted_left(event_id: str, number: int) -> None:
+def noted_left(event_id: str, number: int, lane: bool = False) -> None:
     """A leave this process made: its own copy knows at once (others, at their next
     refresh)."""
-    line = _lines.get(event_id)
+    line = _lines.get(_line_id(event_id, lane))
     if line is None or not line.found:
         return
     with line.lock:

@@ -29,6 +29,9 @@ SUGGESTED_PROOF_OF_WORK = 50_000
 # The hot-sale preset's live places per client address: a couple sharing a home
 # connection, not a script.
 HOT_SALE_PLACES_PER_ADDRESS = 2
+# The most of the admission rate a priority lane may take: the general line always
+# gets at least the rest (docs/modes.md).
+MAX_PRIORITY_SHARE = 90
 
 
 class Event(models.Model):
@@ -199,6 +202,19 @@ class Event(models.Model):
             "allow-list may join; everyone may from then on. Empty: no presale."
         ),
     )
+    # The priority lane (docs/modes.md): a presale's holders join a second line,
+    # admitted ahead of the general one at this share of the rate (lua/admit.lua).
+    priority_share = models.PositiveSmallIntegerField(
+        _("priority share"),
+        default=0,
+        validators=[MaxValueValidator(MAX_PRIORITY_SHARE)],
+        help_text=_(
+            "Percent of the admission rate given first to a priority lane, which holders of a "
+            "presale code or accounts on the allow-list join, during the presale and after it. "
+            "The general line always gets the rest, and all of it while the lane is empty. "
+            "0 = no lane."
+        ),
+    )
     # When the event last became CLOSED: its Redis data goes EVENT_PURGE_AFTER_SECONDS
     # later (booking_app/retention.py); None while it is not closed.
     closed_at = models.DateTimeField(_("closed at"), null=True, blank=True, editable=False)
@@ -241,7 +257,8 @@ class Event(models.Model):
             Draw.objects.get_or_create(event=self)
 
     def clean(self) -> None:
-        """A price needs a payment provider. A start is set in the future, and stays
+        """A price needs a payment provider. A priority lane has no place in a drawn
+        start's order (the draw orders one line). A start is set in the future, and stays
         as it is once it has passed (the pre-queue closed then, and its draw is under
         way or done)."""
         stored = (
@@ -254,6 +271,9 @@ class Event(models.Model):
             raise ValidationError({"price": said})
         if self.price and settings.PAYMENTS_PROVIDER == "toss" and self.currency != "KRW":
             raise ValidationError({"currency": _("Toss Payments takes payments in KRW.")})
+        if self.priority_share and self.opens_at is not None:
+            said = _("A priority lane and a scheduled start's draw do not go together: choose one.")
+            raise ValidationError({"priority_share": said})
         if self.opens_at == stored:
             return
         now = timezone.now()

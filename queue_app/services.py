@@ -20,7 +20,7 @@ from django.utils.module_loading import import_string
 from queue_app import cadence, draw, line, presale, tokens
 from queue_app import proof as queue_proof
 from queue_app.models import EVENT_ID_RE
-from queue_app.tokens import Token, issued
+from queue_app.tokens import Token, issued, issued_place
 from ticketing import store
 from ticketing.errors import DomainError, validation_error
 
@@ -366,8 +366,8 @@ class Left:
 
 
 def _leave_call(event_id: str, token: Token) -> Call:
-    issued(event_id, token)
-    return _LEAVE.call(store.event_keys(event_id), token=token.raw)
+    _, lane = issued_place(event_id, token)
+    return _LEAVE.call(store.event_keys(event_id, lane), token=token.raw)
 
 
 def _left(event_id: str, removed: int) -> Left:
@@ -379,7 +379,7 @@ def _left(event_id: str, removed: int) -> Left:
 def _left_noted(event_id: str, token: Token, removed: int) -> Left:
     left = _left(event_id, removed)
     if left.removed:
-        line.noted_left(event_id, issued(event_id, token))
+        line.noted_left(event_id, *issued_place(event_id, token))
     return left
 
 
@@ -417,11 +417,14 @@ class Position:
     # The operator's message to the crowd ({id, ko, en, at}), or None: one object per
     # text in each process (line.decoded_message), shared by every answer.
     message: dict | None
+    # In the event's priority lane (docs/modes.md): rank, waiting and the estimate
+    # are the lane's.
+    lane: bool = False
 
 
 def _poll_call(event_id: str, token: Token, own: bool = True) -> Call:
-    issued(event_id, token)
-    k = store.event_keys(event_id)
+    _, lane = issued_place(event_id, token)
+    k = store.event_keys(event_id, lane)
     return _POLL.call(k, booked=k.booked(token.text), token=token.raw, own="1" if own else "")
 
 
@@ -450,13 +453,15 @@ def _window_end(state: str, detail: object) -> int | None:
     return None
 
 
-def _position(event_id: str, token: Token, reply: line.PollReply) -> Position:
+def _position(event_id: str, token: Token, reply: line.PollReply, lane: bool = False) -> Position:
     state = _word(reply.state)
     if state == "EVENT_NOT_FOUND":
         raise DomainError("EVENT_NOT_FOUND")
-    _, waiting, seats, event_status, detail, rate, opens_at, prequeue, position, held, message = reply
+    _, waiting, seats, event_status, detail, rate, opens_at, prequeue, position, held, message, lane_rate = (
+        reply
+    )
     rank = detail if state == "WAITING" else None
-    rate = float(rate)
+    rate = float(lane_rate if lane else rate)
     opens_at = int(opens_at) if opens_at else None
     until_start = None if opens_at is None else opens_at - int(time.time() * 1000)
     return Position(
@@ -484,6 +489,7 @@ def _position(event_id: str, token: Token, reply: line.PollReply) -> Position:
         draw_position=position or None,
         # The copy's answer carries it decoded; Redis' carries its JSON.
         message=line.decoded_message(message) if message.__class__ is bytes else message,
+        lane=lane,
     )
 
 
@@ -531,22 +537,22 @@ def queue_poll(*, event_id: str, token: Token, own: bool = True) -> Position:
     BOOKED answer (rare: a booked person's page leaves) reads Postgres, once.
     `own`: the person's own poll, which claims an admitted place (docs/modes.md);
     False for anyone else asking where a place stands, which changes nothing."""
-    number = issued(event_id, token)
-    reply = line.current(event_id, number).answer(token.raw, number)
+    number, lane = issued_place(event_id, token)
+    reply = line.current(event_id, number, lane).answer(token.raw, number)
     if reply is None:
         reply = store.run(_poll_call(event_id, token, own))
-    at = _position(event_id, token, reply)
+    at = _position(event_id, token, reply, lane)
     if at.status == "BOOKED":
         at.reservation_status = reservation_status(at.reservation_id)
     return at
 
 
 async def aqueue_poll(*, event_id: str, token: Token) -> Position:
-    number = issued(event_id, token)
-    reply = (await line.acurrent(event_id, number)).answer(token.raw, number)
+    number, lane = issued_place(event_id, token)
+    reply = (await line.acurrent(event_id, number, lane)).answer(token.raw, number)
     if reply is None:
         reply = await store.arun(_poll_call(event_id, token))
-    at = _position(event_id, token, reply)
+    at = _position(event_id, token, reply, lane)
     if at.status == "BOOKED":
         try:
             at.reservation_status = await asyncio.wait_for(

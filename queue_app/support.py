@@ -307,7 +307,7 @@ _PLACE_STATE = store.Caller("place_state", passes="booked token", reply=PlaceSta
 
 
 def place_state(event_id: str, token: bytes) -> PlaceState:
-    k = store.event_keys(event_id)
+    k = tokens.line_keys(event_id, token)  # the general line's, or the priority lane's
     return store.run(_PLACE_STATE.call(k, booked=k.booked(Token.of(token).text), token=token))
 
 
@@ -353,6 +353,7 @@ class Place:
     signed: bool  # signed by this service for the event (tokens.verify): else nothing else is known
     of_line: bool  # and issued by the line as it is (its generation and random bytes)
     number: int | None  # the arrival number
+    lane: bool  # of the priority lane (docs/modes.md): numbers count in each line apart
     place: int | None  # in line: the number, or its drawn position (None until drawn)
     rank: int | None  # while WAITING
     waiting: int | None  # people waiting in the line
@@ -401,8 +402,8 @@ def _place(event_id: str, token: bytes, found_by: tuple[str, ...], bookings: tup
     if tokens.verify(event_id, token) is None:
         # Not signed for this event (or by a key past its grace): its digits mean nothing.
         return Place(
-            text, found_by, "NOT_FOUND", False, False, None, None, None, None, "", False, None, False, None,
-            None, False, None, bookings,
+            text, found_by, "NOT_FOUND", False, False, None, False, None, None, None, "", False, None, False,
+            None, None, False, None, bookings,
         )  # fmt: skip
     s = place_state(event_id, token)
     state = s.state.decode()
@@ -417,6 +418,7 @@ def _place(event_id: str, token: bytes, found_by: tuple[str, ...], bookings: tup
         signed=True,
         of_line=of_line,
         number=s.number,
+        lane=tokens.place_of(event_id, token)[1],
         place=s.place or None,
         rank=s.rank,
         waiting=s.waiting,

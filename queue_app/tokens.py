@@ -7,9 +7,12 @@ working. Its 122 free bits hold:
                  chosen when the line is first written to Redis, new whenever it
                  is rebuilt from nothing
     bytes 2-3    random, chosen at the join; the line keeps them by number (its
-                 one record per person, lua/lib/line.lua)
+                 one record per person, lua/lib/line.lua). The top bit says which
+                 line: set for the event's priority lane (docs/modes.md), clear
+                 for its general line, whose keys a script then reads
     bytes 9-13   the arrival number, big-endian (40 bits)
-    the rest     50 bits of HMAC-SHA1(key, eventId 0x00 bytes 0-3 number): bytes
+    the rest     50 bits of HMAC-SHA1(key, line 0x00 bytes 0-3 number), where the
+                 line is the event id, or "<eventId>~p" for its priority lane: bytes
                  4, 5, 7, 14, 15 whole, the low 4 bits of byte 6 (its high nibble
                  is the version, 8) and the low 6 bits of byte 8 (its top two bits
                  are the variant, 0b10)
@@ -42,10 +45,13 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.crypto import salted_hmac
 
+from ticketing import store
 from ticketing.errors import DomainError, validation_error
 
 _NUMBER = slice(9, 14)
 MAX_NUMBER = 2**40 - 1
+# What a priority lane's tokens are signed for, after the event id.
+LANE_SUFFIX = "~p"
 
 
 @dataclass(frozen=True)
@@ -124,12 +130,26 @@ def _assemble(head: bytes, number: bytes, mac: bytes) -> bytes:
     )
 
 
-def mint(event_id: str, number: int, gen: bytes | None = None, nonce: bytes | None = None) -> bytes:
+def signed_for(event_id: str, lane: bool) -> str:
+    """What a line's tokens are signed for: the event, or its priority lane."""
+    return event_id + LANE_SUFFIX if lane else event_id
+
+
+def lane_nonce(nonce: bytes, lane: bool) -> bytes:
+    """The random bytes as a line keeps them: the top bit set in the priority lane's,
+    clear in the general line's (lua/join.lua sets it the same way)."""
+    return bytes([nonce[0] | 0x80 if lane else nonce[0] & 0x7F]) + nonce[1:]
+
+
+def mint(
+    event_id: str, number: int, gen: bytes | None = None, nonce: bytes | None = None, *, lane: bool = False
+) -> bytes:
     """The token the join script would issue for this number, generation and random
     bytes (tests, drills); random ones where none are given."""
-    head = (os.urandom(GENERATION_BYTES) if gen is None else gen) + (new_nonce() if nonce is None else nonce)
+    nonce = lane_nonce(new_nonce() if nonce is None else nonce, lane)
+    head = (os.urandom(GENERATION_BYTES) if gen is None else gen) + nonce
     encoded = number.to_bytes(5, "big")
-    return _assemble(head, encoded, _mac(keys()[0], event_id, head, encoded))
+    return _assemble(head, encoded, _mac(keys()[0], signed_for(event_id, lane), head, encoded))
 
 
 def reissued(event_id: str, number: int, head: bytes) -> list[bytes]:
@@ -138,8 +158,9 @@ def reissued(event_id: str, number: int, head: bytes) -> list[bytes]:
     one for each key that still verifies: the token issued is among them. How an
     operator's support lookup finds a token from the line (queue_app/support.py)."""
     encoded, now = number.to_bytes(5, "big"), time.time()
+    line = signed_for(event_id, bool(head[2] & 0x80))
     return [
-        _assemble(head, encoded, _mac(key, event_id, head, encoded))
+        _assemble(head, encoded, _mac(key, line, head, encoded))
         for key in keys()
         if key.until is None or now <= key.until
     ]
@@ -148,18 +169,36 @@ def reissued(event_id: str, number: int, head: bytes) -> list[bytes]:
 def verify(event_id: str, raw: bytes) -> int | None:
     """The arrival number a token carries, or None when this service did not issue
     it for this event (or its key's grace period is over)."""
+    found = place_of(event_id, raw)
+    return None if found is None else found[0]
+
+
+def place_of(event_id: str, raw: bytes) -> tuple[int, bool] | None:
+    """The arrival number a token carries and whether it is of the event's priority
+    lane, or None when this service did not issue it for this event. A token whose
+    random bytes say the lane is checked as the lane's first, then as the general
+    line's (a token issued before the event had a lane may have the bit set)."""
     if len(raw) != 16 or raw[6] >> 4 != 8 or raw[8] >> 6 != 2:
         return None
     head, number = raw[:4], raw[_NUMBER]
-    now = None
-    for key in keys():
-        if key.until is not None:
-            now = time.time() if now is None else now
-            if now > key.until:
-                continue
-        if hmac.compare_digest(_assemble(head, number, _mac(key, event_id, head, number)), raw):
-            return int.from_bytes(number, "big")
+    for lane in (True, False) if raw[2] & 0x80 else (False,):
+        line, now = signed_for(event_id, lane), None
+        for key in keys():
+            if key.until is not None:
+                now = time.time() if now is None else now
+                if now > key.until:
+                    continue
+            if hmac.compare_digest(_assemble(head, number, _mac(key, line, head, number)), raw):
+                return int.from_bytes(number, "big"), lane
     return None
+
+
+def line_keys(event_id: str, raw: bytes) -> store.EventKeys:
+    """The keys of the line a token holds its place in: the event's priority lane's
+    for a token of the lane, else the general line's (also for a token this service
+    did not issue, which no script takes for a place)."""
+    found = place_of(event_id, raw)
+    return store.event_keys(event_id, found is not None and found[1])
 
 
 # --- The token as the API carries it ------------------------------------------
@@ -199,7 +238,12 @@ def parse_token(value: object) -> Token:
 def issued(event_id: str, token: Token) -> int:
     """The token's arrival number; INVALID_TOKEN when this service did not issue it
     for this event. Checked before Redis is asked anything."""
-    number = verify(event_id, token.raw)
-    if number is None:
+    return issued_place(event_id, token)[0]
+
+
+def issued_place(event_id: str, token: Token) -> tuple[int, bool]:
+    """`issued`, with whether the token is of the event's priority lane."""
+    found = place_of(event_id, token.raw)
+    if found is None:
         raise DomainError("INVALID_TOKEN")
-    return number
+    return found

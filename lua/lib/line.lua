@@ -101,16 +101,34 @@ local function window_of(windows, p)
   return tonumber(ends), to
 end
 
+-- Write an admission log entry: places from..to admitted, their window ending at
+-- `ends` (ms), and, with a claim time, when they must come back by (`claim_by` ms, or
+-- nil). The one writer of the entry's form, for the tick and the join that admits.
+local function log_admission(windows, claims, to, from, ends, admitted, claim_by)
+  redis.call('ZADD', windows, to, to .. ':' .. from .. ':' .. ends .. ':' .. admitted)
+  if claim_by then redis.call('HSET', claims, to, claim_by) end
+end
+
+-- The claim time of the log entry `to` (docs/modes.md), as `claims` keeps it:
+-- "<ms>", then "<ms>:<unclaimed>" once the tick has counted those who did not come
+-- back. Returns the time (ms) and the count, nil while not counted; nothing at all
+-- when no claim time applies. The one reader of that form.
+local function claim_deadline(claims, to)
+  local deadline = redis.call('HGET', claims, to)
+  if not deadline then return nil end
+  local by, gone = deadline:match('^(%d+):?(%d*)$')
+  if not by then error(claims .. ' holds a claim time that is not a number') end
+  return tonumber(by), gone ~= '' and tonumber(gone) or nil
+end
+
 -- An admitted place's claim (docs/modes.md), given the log entry `to` that admitted
 -- it: 'CLAIMED' when it came back or no claim time applies, 'CLAIM' when it comes
 -- back now, in time (the caller sets its bit of `claimed`), 'PASSED' when its claim
 -- time ran out before it came back: its slot went to the next person.
 local function claim_of(claims, claimed, to, p, now)
-  local deadline = redis.call('HGET', claims, to)
-  if not deadline or is_set(claimed, p) then return 'CLAIMED' end
-  local by, counted = deadline:match('^(%d+)(:?)')
-  if not by then error(claims .. ' holds a claim time that is not a number') end
-  if counted == '' and now <= tonumber(by) then return 'CLAIM' end
+  local by, gone = claim_deadline(claims, to)
+  if not by or is_set(claimed, p) then return 'CLAIMED' end
+  if not gone and now <= by then return 'CLAIM' end
   return 'PASSED'
 end
 
@@ -120,13 +138,13 @@ end
 -- tick counted away comes back into the active count, and out of the entry's
 -- count of those who did not come back. True when the turn is theirs again.
 local function claim_regain(claims, claimed, active, to, p, cap)
-  local by, gone = redis.call('HGET', claims, to):match('^(%d+):?(%d*)$')
+  local by, gone = claim_deadline(claims, to)
   local count = counter(active)
-  if gone ~= '' and cap > 0 and count >= cap then return false end
+  if gone and cap > 0 and count >= cap then return false end
   redis.call('SETBIT', claimed, p, 1)
-  if gone ~= '' then
+  if gone then
     redis.call('SET', active, count + 1)
-    redis.call('HSET', claims, to, by .. ':' .. math.max(tonumber(gone) - 1, 0))
+    redis.call('HSET', claims, to, by .. ':' .. math.max(gone - 1, 0))
   end
   return true
 end

@@ -172,6 +172,7 @@ def _change_event(operator, event, **changes):
         "currency",
         "hold_seconds",
         "refund_percent",
+        "priority_share",
     )
     data = {f: getattr(event, f) for f in fields} | changes
     if not data.pop("require_account", event.require_account):

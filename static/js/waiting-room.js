@@ -295,7 +295,11 @@
   };
   // As queue_app/presale.py reads it: 10 of its 32 letters and digits (no I, O, 0, 1).
   const PRESALE_CODE = /^[A-HJ-NP-Z2-9]{10}$/;
-  let presaleCode = "";
+  // A holder's link may carry the code (?code=ABCDE-FGH23): the first join sends it,
+  // as the code's form would, in the presale and, on an event with a priority lane,
+  // after it (docs/presale.md).
+  const linked = (new URLSearchParams(location.search).get("code") || "").replace(/[\s-]/g, "").toUpperCase();
+  let presaleCode = PRESALE_CODE.test(linked) ? linked : "";
   let presaleAgain = null; // the join to send again once a code is entered
 
   function presaleRefused(code, again) {
@@ -414,6 +418,7 @@
     $("paused").hidden = data.eventStatus !== "PAUSED";
     if (data.soldOut) { soldOut(data); return; }
     show("waiting");
+    $("priority").hidden = !data.priorityLane;
     $("position").textContent = fmt(S.position, { rank: num(data.rank) });
     $("ahead").textContent = num(data.ahead);
     $("behind").textContent = num(data.behind);

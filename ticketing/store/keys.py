@@ -56,9 +56,29 @@ def _bucket(owner: bytes) -> str:
 
 
 @lru_cache(maxsize=4096)
-def event_keys(event_id: str) -> "EventKeys":
-    """An event's key names, built once per process (a sale has few events)."""
-    return EventKeys(event_id)
+def event_keys(event_id: str, lane: bool = False) -> "EventKeys":
+    """An event's key names, built once per process (a sale has few events); with
+    `lane`, those of its priority lane (EventKeys.lane)."""
+    return EventKeys(event_id).lane() if lane else EventKeys(event_id)
+
+
+# The keys that make up one line (lua/lib/line.lua): an event's priority lane has
+# its own of each, under `lane_<name>`, beside the general line's; everything else
+# (the event's settings, seats, active count, outbox, admission tick) the two share.
+LINE_KEY_NAMES = (
+    "seq",
+    "nonces",
+    "popped",
+    "left",
+    "leftpre",
+    "leftlog",
+    "holes",
+    "windows",
+    "per_window",
+    "claims",
+    "claimed",
+    "booked_places",
+)
 
 
 class EventKeys:
@@ -101,6 +121,8 @@ class EventKeys:
         "drawpos",
         "draw_claim",
         "codes",
+        "is_lane",
+        *(f"lane_{name}" for name in LINE_KEY_NAMES),
     )
 
     def __init__(self, event_id: str) -> None:
@@ -168,9 +190,25 @@ class EventKeys:
         # A presale's codes (queue_app/presale.py): the first 16 bytes of a code's
         # hash -> its uses left, spent by the join script.
         self.codes = key(event_id, "presale", "codes")
+        # The priority lane (docs/modes.md): a second line, admitted ahead of this
+        # one at the event's priorityShare of the rate; the tick and the join
+        # script take both, every other script the one line its token is of.
+        self.is_lane = False
+        for name in LINE_KEY_NAMES:
+            setattr(self, f"lane_{name}", getattr(self, name).replace("}:", "}:lane:", 1))
         self.bucket_prefix = key(event_id, "tokens", "")
         self.site_bucket_prefix = key(event_id, "tokens", "site", "")
         self.proofs_prefix = key(event_id, "proofs", "")
+
+    def lane(self) -> "EventKeys":
+        """The same event's keys with the priority lane's line in place of the
+        general one's: what a script about one token of the lane is handed, so that
+        the script itself does not know which line it reads."""
+        k = EventKeys(self.event_id)
+        k.is_lane = True
+        for name in LINE_KEY_NAMES:
+            setattr(k, name, getattr(self, f"lane_{name}"))
+        return k
 
     def owned(self, owner: bytes) -> str:
         """The hash of an owner's tokens (an account's, or a client address's), on
@@ -202,5 +240,7 @@ class EventKeys:
 # The attributes of EventKeys that are whole key names: what a script's key may be
 # taken from when its caller does not pass it (ticketing/store/scripts.py).
 EVENT_KEY_NAMES = frozenset(
-    name for name in EventKeys.__slots__ if name != "event_id" and not name.endswith("_prefix")
+    name
+    for name in EventKeys.__slots__
+    if name not in ("event_id", "is_lane") and not name.endswith("_prefix")
 )

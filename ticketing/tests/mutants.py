@@ -262,6 +262,22 @@ MUTANTS = [
         replacement="if claim == 'PASSED' then claim = 'CLAIMED' end",
         first=("queue_app/tests/test_claim.py",),
     ),
+    Mutant(
+        name="lane-starves-the-general-line",
+        breaks="the priority lane takes the whole rate while the general line waits",
+        path="lua/admit.lua",
+        original="      lane_want = math.floor(owed / 100)\n",
+        replacement="      lane_want = want\n",
+        first=("queue_app/tests/test_priority.py",),
+    ),
+    Mutant(
+        name="lane-give-back-to-the-general-line",
+        breaks="a lane token's booking is settled through the general line's keys",
+        path="booking_app/services.py",
+        original="                line_keys(k.event_id, b.token_raw),\n",
+        replacement="                k,\n",
+        first=("queue_app/tests/test_priority.py",),
+    ),
 ]
 
 

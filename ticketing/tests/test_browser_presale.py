@@ -98,3 +98,34 @@ def test_the_room_asks_for_a_presale_code_and_a_valid_one_gets_a_place(view, mak
     other.get_by_role("button", name=text["submit"]).click()
     other.locator('#room [data-show="presale"]').get_by_role("heading", name=text["used_up"]).wait_for()
     assert events.event_live_numbers(event.event_id)["waiting"] == 1
+
+
+LANE_NOTE = {
+    "en": "You are in the priority lane, which is let in ahead of the general line.",
+    "ko": "우선 대기열에 계십니다. 일반 대기열보다 먼저 입장합니다.",
+}
+
+
+def test_a_holders_link_joins_the_priority_lane_and_the_room_says_so(view, make_event):
+    """After the public start, on an event with a priority lane (docs/modes.md): a
+    holder's link carries the code, the room joins the lane with it and says so;
+    someone without one joins the general line, and is told nothing of a lane."""
+    open_page, text, lang = view
+    event = make_event(name="Fan club lane", priority_share=30)
+    (code,) = presale.codes_create(event, count=1, uses=1)
+    holder = open_page()
+    holder.goto(f"/events/{event.event_id}/?code={presale.shown(code)}")
+    holder.get_by_role("heading", name=text["position"]).wait_for()
+    note = holder.locator("#priority")
+    note.wait_for()
+    assert LANE_NOTE[lang] in note.inner_text()
+    numbers = events.event_live_numbers(event.event_id)
+    assert (numbers["waiting"], numbers["waitingPriority"]) == (1, 1)
+    shot(holder, f"priority-lane-{lang}")
+
+    other = open_page()
+    other.goto(f"/events/{event.event_id}/")
+    other.get_by_role("heading", name=text["position"]).wait_for()  # number 1 of the general line
+    assert not other.locator("#priority").is_visible()
+    numbers = events.event_live_numbers(event.event_id)
+    assert (numbers["waiting"], numbers["waitingPriority"]) == (2, 1)

@@ -114,6 +114,41 @@ def crowd_presale(make_event: Callable[..., Event]) -> World:
     return world
 
 
+def crowd_lane(make_event: Callable[..., Event], share: int = 30, **fields: object) -> World:
+    """The crowd, on an event with a priority lane (docs/modes.md) and a code of 3
+    uses; one holder waits in the lane already. The next join with the code joins
+    the lane."""
+    world = crowd(make_event, priority_share=share, **fields)
+    (world.extra["code"],) = presale.codes_create(world.event, count=1, uses=3)
+    world.extra["lane"] = parse_token(
+        services.queue_join(event_id=world.event.event_id, presale_code=world.extra["code"]).token
+    )
+    assert tokens.place_of(world.event.event_id, world.extra["lane"].raw)[1]
+    world.extra["nonce"] = tokens.new_nonce()
+    return world
+
+
+def crowd_lane_safety_net(make_event: Callable[..., Event]) -> World:
+    """crowd_lane, switched to safety-net with a claim time: a lane join reads both
+    lines' waiting and its own line's admission log before it may go straight in."""
+    world = crowd_lane(make_event, claim_seconds=20)
+    world.event.mode = Event.Mode.SAFETY_NET
+    events.event_publish(world.event)
+    return world
+
+
+def crowd_lane_claiming(make_event: Callable[..., Event]) -> World:
+    """crowd_lane with a claim time, its holder admitted by a tick and not back yet:
+    the call is them coming back, read from the lane's keys."""
+    world = crowd_lane(make_event, share=90, claim_seconds=20)  # 90 % of 2 a second: at least 1
+    k = world.keys
+    store.client().set(k.tick, int(store.client().time()[0]) - 1)
+    assert admission.event_admit(world.event.event_id).admitted >= 1
+    assert store.client().get(k.lane_popped) == b"1"
+    world.token = world.extra["lane"]
+    return world
+
+
 def join_with_code(world: World) -> Any:
     with mock.patch.object(tokens, "new_nonce", return_value=world.extra["nonce"]):
         return services.queue_join(event_id=world.event.event_id, presale_code=world.extra["code"])
@@ -569,6 +604,17 @@ CASES = [
     # A presale's code (16), spent with the place.
     Case("join", crowd_presale, join_with_code, keys=(1, 2, 6, 7, 8, 9, 10, 14, 22), counters=(2, 7)),
     Case("join", crowd_window_passed, rejoin, keys=(1, 2, 3, 5, 6, 7, 8, 9, 10, 14), counters=(2, 7)),
+    # The priority lane's join: its own counters and random bytes (23-25).
+    Case("join", crowd_lane, join_with_code, keys=(1, 6, 7, 8, 9, 10, 22, 23, 24, 25), counters=(7, 23, 25)),
+    Case(
+        "join",
+        crowd_lane_safety_net,
+        join_with_code,
+        keys=(1, 2, 6, 7, 8, 9, 10, 16, 18, 19, 22, 23, 24, 25, 27, 28, 29, 30, 31),
+        counters=(2, 7, 16, 18, 19, 23, 25, 27),
+    ),  # fmt: skip
+    # A lane holder coming back in time reads the lane's line (26, 28, 30-32).
+    Case("join", crowd_lane_claiming, rejoin, keys=(1, 6, 7, 24, 25, 26, 28, 30, 31, 32), counters=(7, 25)),
     # F5 in the window: the booked places (13) say it has not booked.
     Case("join", crowd_active, rejoin, keys=(1, 3, 5, 6, 7, 13, 14), counters=(7,)),
     # A join into the pre-queue appends its token to the pre-queue's string (12).
@@ -599,9 +645,13 @@ CASES = [
     Case("place_state", pre_queue, look_up, keys=(1, 2, 3, 5, 6, 8, 11), counters=(2, 3, 5)),
     Case("place_state", drawn, look_up, keys=(1, 2, 3, 4, 5, 8, 9, 10, 11), counters=(2, 3, 5)),
     Case("line_state", crowd, line_state, keys=(1, 2, 3, 4, 5, 6), counters=(2, 3, 4, 5)),
-    Case("admit", crowd, admit, keys=tuple(range(1, 14)), counters=(2, 3, 5, 8, 9, 10)),
-    Case("admit", drawn, admit, keys=tuple(range(1, 14)), counters=(2, 3, 5, 8, 9, 10)),
-    Case("admit", crowd_claim_passed, admit, keys=tuple(range(1, 14)), counters=(2, 3, 5, 8, 9, 10)),
+    # Both lines' keys are read before the first write, the lane's (14-21) too.
+    Case("admit", crowd, admit, keys=tuple(range(1, 22)), counters=(2, 3, 5, 8, 9, 10, 14, 15, 17)),
+    Case("admit", drawn, admit, keys=tuple(range(1, 22)), counters=(2, 3, 5, 8, 9, 10, 14, 15, 17)),
+    Case(
+        "admit", crowd_claim_passed, admit, keys=tuple(range(1, 22)), counters=(2, 3, 5, 8, 9, 10, 14, 15, 17)
+    ),
+    Case("admit", crowd_lane, admit, keys=tuple(range(1, 22)), counters=(2, 3, 5, 8, 9, 10, 14, 15, 17)),
     Case("event_sync", crowd, publish, keys=(1, 2, 3), counters=(2, 3)),
     Case("draw_close", drawing, close_pre_queue, keys=(1, 2, 3, 4), counters=(2, 3)),
     Case("draw_done", drawn_but_not_switched, switch, keys=tuple(range(1, 9)), counters=(7,)),

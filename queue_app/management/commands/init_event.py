@@ -11,7 +11,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from queue_app import events, seating
-from queue_app.models import Event
+from queue_app.models import MAX_PRIORITY_SHARE, Event
 from ticketing import money
 
 
@@ -110,6 +110,12 @@ class Command(BaseCommand):
             "before it only holders of a presale code or accounts on the allow-list join (docs/presale.md)",
         )
         parser.add_argument(
+            "--priority-share",
+            type=int,
+            help="percent of the admission rate given first to the priority lane, which presale holders "
+            f"join (0-{MAX_PRIORITY_SHARE}; 0 = no lane; docs/modes.md)",
+        )
+        parser.add_argument(
             "--reset",
             action="store_true",
             help="wipe the event's Redis state (line, active window, counters) first",
@@ -127,6 +133,7 @@ class Command(BaseCommand):
             "max_active",
             "max_per_booking",
             "claim",
+            "priority_share",
             "proof_of_work",
             "max_places_per_address",
             "max_seats_per_buyer",
@@ -153,6 +160,7 @@ class Command(BaseCommand):
             ("mode", "mode"),
             ("claim", "claim_seconds"),
             ("claim_grace", "claim_grace"),
+            ("priority_share", "priority_share"),
             ("name", "name"),
             ("proof_of_work", "proof_of_work"),
             ("require_account", "require_account"),
@@ -213,6 +221,7 @@ class Command(BaseCommand):
             f"max active {event.max_active_users or 'no cap'}, status {event.status}, mode {event.mode}"
             + (f", claim within {event.claim_seconds}s" if event.claim_seconds else "")
             + (" (grace for the late)" if event.claim_seconds and event.claim_grace else "")
+            + (f", priority lane {event.priority_share}%" if event.priority_share else "")
             + (
                 f", {money.shown(event.price, event.currency)} a seat, held {event.hold_seconds}s, "
                 f"{event.refund_percent}% refunded to a buyer who cancels"
