@@ -52,16 +52,16 @@
 -- KEY claimed     STRING  bitmap of the admitted places that came back
 -- KEY codes       HASH    a presale's codes: the first 16 bytes of a code's hash -> uses left
 --                         (queue_app/presale.py)
--- KEY lane_seq    STRING  the priority lane's `seq`; and its other keys of a line, as the
--- KEY lane_nonces STRING  general line's of the same name (without lane_) are
--- KEY lane_popped STRING
--- KEY lane_left   STRING
--- KEY lane_holes  STRING
--- KEY lane_windows ZSET
--- KEY lane_per_window HASH
--- KEY lane_claims HASH
--- KEY lane_claimed STRING
--- KEY lane_booked_places STRING
+-- KEY lane_seq?   STRING  the priority lane's `seq`; and its other keys of a line, as the
+-- KEY lane_nonces? STRING general line's of the same name (without lane_) are. Left out
+-- KEY lane_popped? STRING on an event that never had a lane: the script answers
+-- KEY lane_left?  STRING  {'LANE'} (ask again with them) if it needs them then
+-- KEY lane_holes? STRING
+-- KEY lane_windows? ZSET
+-- KEY lane_per_window? HASH
+-- KEY lane_claims? HASH
+-- KEY lane_claimed? STRING
+-- KEY lane_booked_places? STRING
 -- ARG old  rejoin: the old token, 16 raw bytes; join: ''
 -- ARG event_id  event id (a place of the priority lane is signed for event_id .. '~p')
 -- ARG ipad  the key's inner HMAC pad, 64 bytes
@@ -101,8 +101,11 @@
 -- (lua/admit.lua). A presale's holders join it, in the presale and after it: an
 -- account on the allow-list, or a code with a use left (a code that is not, sent
 -- then, is refused as in the presale). Its tokens carry the top bit of their random
--- bytes set (the general line's, clear), so that any script tells a token's line;
--- an owner's live places are counted over both lines.
+-- bytes set (the general line's, clear), and their random bytes are the lane's (a
+-- token issued before the event had a lane may have the bit set too); an owner's
+-- live places are counted over both lines. An event that has had a lane (meta
+-- hasLane, kept once set) is joined with the lane's keys; without them the script
+-- answers {'LANE'} first, having written nothing.
 --
 -- The event's mode (meta mode; docs/modes.md) decides whether a new place waits
 -- for the tick. `queue` (or none): it does. `safety-net`: while nobody waits (every
@@ -130,15 +133,17 @@
 -- {'PROOF_OF_WORK', 'invalid'|'missing'|'used'|'easier'}; {'ACCOUNT_REQUIRED'}; {'EVENT_NOT_FOUND'};
 -- {'EVENT_CLOSED'}; {'EVENT_REJECTING', the operator's message (JSON, or '')}; {'PRESALE_CODE_REQUIRED'}, {'PRESALE_CODE_INVALID'},
 -- {'PRESALE_CODE_USED_UP'}; {'PRESALE_PASS'} (say whether the account is on the
--- allow-list, and ask again); asking only, {'MAY_JOIN'}.
+-- allow-list, and ask again); {'LANE'} (ask again with the lane's keys); asking
+-- only, {'MAY_JOIN'}.
 -- Validates every key before its first write (Redis keeps the writes done before an
 -- error): a bad key fails the script with nothing changed.
 -- needs: line
 local fields = redis.call('HMGET', meta, 'status', 'requireAccount', 'proofOfWork', 'maxPerAddress',
   'draw', 'opensAt', 'drawSize', 'gen', 'mode', 'admitPerSecond', 'windowSeconds', 'maxActive', 'claimSeconds',
-  'presaleUntil', 'priorityShare')
+  'presaleUntil', 'priorityShare', 'hasLane')
 local status = fields[1]
 if not status then return {'EVENT_NOT_FOUND'} end
+if not lane_seq and (fields[16] == '1' or (tonumber(fields[15] or 0) or 0) > 0) then return {'LANE'} end
 local gen = generation(fields[8])
 if old ~= '' then
   local booking = redis.call('GET', booked)
@@ -151,15 +156,26 @@ local now = now_ms()
 -- The two lines' keys; a token's line is told by the top bit of its byte 3.
 local general = {seq = seq, nonces = nonces, popped = popped, left = left, holes = holes, windows = windows,
   per_window = per_window, claims = claims, claimed = claimed, booked_places = booked_places}
-local priority = {seq = lane_seq, nonces = lane_nonces, popped = lane_popped, left = lane_left,
-  holes = lane_holes, windows = lane_windows, per_window = lane_per_window, claims = lane_claims,
-  claimed = lane_claimed, booked_places = lane_booked_places, lane = true}
-local function line_of(token)
-  return token:byte(3) >= 128 and priority or general
+local priority  -- the lane's, made when a token of the lane or a join into it needs it
+local function lane_line()
+  priority = priority or {seq = lane_seq, nonces = lane_nonces, popped = lane_popped, left = lane_left,
+    holes = lane_holes, windows = lane_windows, per_window = lane_per_window, claims = lane_claims,
+    claimed = lane_claimed, booked_places = lane_booked_places, lane = true}
+  return priority
 end
-local heads = {[general] = counter(popped), [priority] = counter(lane_popped)}
+local function line_of(token)
+  if token:byte(3) >= 128 and lane_seq then
+    local L = lane_line()
+    if issued(L.nonces, gen, token, number_of(token)) then return L end
+  end
+  return general
+end
+local function head_of(L)
+  L.head = L.head or counter(L.popped)
+  return L.head
+end
 local function waiting(L)
-  return counter(L.seq) - heads[L] - counter(L.holes)
+  return counter(L.seq) - head_of(L) - counter(L.holes)
 end
 
 -- The pre-queue: open (before the start, nothing closed it yet), or its size.
@@ -192,7 +208,7 @@ local function live(token)
   end
   local place = (draw == 'DONE' and prequeue(n, L) == 1) and drawn_place(drawpos, n) or n
   if is_set(L.left, place) then return nil end
-  if place > heads[L] then return 'WAITING' end
+  if place > head_of(L) then return 'WAITING' end
   local ends, to = window_of(L.windows, place)
   if ends and ends > now and not is_set(L.booked_places, place) then
     local claim = claim_of(L.claims, L.claimed, to, place, now)
@@ -272,8 +288,8 @@ if (in_presale or share > 0) and presale_pass ~= '1' then
     return {'PRESALE_CODE_REQUIRED'}
   end
 end
-if share > 0 and (spend or presale_pass == '1') then L = priority end
-local head = heads[L]
+if share > 0 and (spend or presale_pass == '1') then L = lane_line() end
+local head = head_of(L)
 -- --- end of presale ---
 
 -- The keys about to be written, checked first: a write that fails after INCR
@@ -301,7 +317,9 @@ if (mode == 'safety-net' or mode == 'pass-through') and status == 'OPEN' and dra
   local before = waiting(L)  -- waiting ahead of the new place
   -- Safety-net admits only while nobody waits in either line (lua/admit.lua admits the
   -- lane first, at its share).
-  if mode == 'safety-net' and waiting(L == general and priority or general) > 0 then before = -1 end
+  if mode == 'safety-net' and lane_seq and waiting(L == general and lane_line() or general) > 0 then
+    before = -1
+  end
   local window_ms = (tonumber(fields[11] or '') or error(meta .. ': windowSeconds is not a number')) * 1000
   local rate = tonumber(fields[10] or '') or error(meta .. ': admitPerSecond is not a number')
   local cap = tonumber(fields[12] or 0) or error(meta .. ': maxActive is not a number')

@@ -51,6 +51,10 @@ def event_publish(event: Event, *, sold: int | None = None) -> int:
         "priorityShare": event.priority_share,
         "message": _published_message(event),
     }
+    if event.priority_share:
+        # Kept once written (HSET leaves the fields it is not given): its lane's
+        # tokens outlive a share set back to 0, and the join script reads them.
+        fields["hasLane"] = 1
     pairs = [x for item in fields.items() for x in item]
     # A start whose draw has happened is history: a line rebuilt after it (a reset,
     # a Redis that lost its data) is first come, first served.

@@ -162,7 +162,7 @@ def _verdict(at: services.Position, ahead: int) -> str:
         if at.eta_seconds is not None and at.eta_seconds <= ahead:
             return SEND
         # Further back (or no estimate: paused, sold out), and so is every later
-        # arrival; but in a drawn pre-queue, whose places are shuffled.
+        # arrival of its line; but in a drawn pre-queue, whose places are shuffled.
         return LATER if at.draw_position is not None else STOP
     if at.status in ("PRE_QUEUE", "DRAWING"):
         return STOP  # nobody is placed before the draw
@@ -268,10 +268,17 @@ def _event_due(event: Event, connection: BaseEmailBackend, deadline: float) -> t
         .values_list("pk", "token")
     )
     sent = 0
+    # The lines (general False, priority lane True) whose places further on are not
+    # near yet: numbers count in each line apart (docs/modes.md).
+    done: set[bool] = set()
     for pk, token in pending.iterator(chunk_size=1000):
+        parsed = tokens.parse_token(token)
+        found = tokens.place_of(event.event_id, parsed.raw)
+        if found is not None and found[1] in done:
+            continue
         try:
             # Asked for the person, not by them: an admitted place is not claimed.
-            at = services.queue_poll(event_id=event.event_id, token=tokens.parse_token(token), own=False)
+            at = services.queue_poll(event_id=event.event_id, token=parsed, own=False)
         except DomainError as exc:
             if exc.code == "EVENT_NOT_FOUND":
                 return sent, True  # not in Redis now (a recovery rebuilds it): asked again next run
@@ -279,7 +286,10 @@ def _event_due(event: Event, connection: BaseEmailBackend, deadline: float) -> t
         else:
             verdict = _verdict(at, ahead)
         if verdict == STOP:
-            break
+            done.add(at.lane)
+            if len(done) == 2 or not event.priority_share:
+                break
+            continue
         if verdict == DROP:
             NotifyRequest.objects.filter(pk=pk, status=Status.PENDING).update(
                 status=Status.DROPPED, token="", updated_at=timezone.now()

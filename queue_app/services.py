@@ -52,13 +52,17 @@ def parse_event_id(value: object) -> str:
 # commands); the `a`-prefixed one on the asyncio client (the fast lane). What each
 # passes to its script besides the event's own keys, checked against the script's
 # header when this module is imported:
-_JOIN = store.Caller(
-    "join",
-    passes=(
-        "booked account_bucket address_bucket site_bucket proofs old event_id ipad opad account address "
-        "solution proofs_until nonce difficulty site site_factor ask code presale_pass"
-    ),
+_JOIN_PASSES = (
+    "booked account_bucket address_bucket site_bucket proofs old event_id ipad opad account address "
+    "solution proofs_until nonce difficulty site site_factor ask code presale_pass"
 )
+# An event that has had a priority lane is joined with the lane's keys too; any
+# other without them (ten fewer keys a join). The script says when it needs them.
+_LANE_KEYS = " ".join(f"lane_{name}" for name in store.LINE_KEY_NAMES if name not in ("leftpre", "leftlog"))
+_JOIN = store.Caller("join", passes=_JOIN_PASSES, leaves=_LANE_KEYS)
+_JOIN_LANE = store.Caller("join", passes=_JOIN_PASSES)
+# The events this process has been told have a lane (the join script's LANE).
+_with_lane: set[str] = set()
 _LEAVE = store.Caller("leave", passes="token")
 _POLL = store.Caller("poll", passes="booked token own", reply=line.PollReply)
 Call = store.Call
@@ -124,11 +128,12 @@ def _join_script_call(
     code: bytes = b"",
     presale_pass: str = "",
 ) -> Call:
-    k = store.event_keys(event_id)
+    k, caller = store.event_keys(event_id), _JOIN_LANE if event_id in _with_lane else _JOIN
     if token is None:
         old, booked = b"", k.meta  # no token to look up: its mark is not read (meta stands in)
     else:
-        issued(event_id, token)
+        if issued_place(event_id, token)[1]:
+            caller = _JOIN_LANE
         old, booked = token.raw, k.booked(token.text)
     mark, proofs, proofs_until, difficulty = "-" if unverified else "", k.meta, 0, ""
     if solved is not None:
@@ -140,7 +145,7 @@ def _join_script_call(
     address_bucket = k.owned(b"a" + client.address) if client.address else k.meta
     site_bucket = k.site_owned(b"a" + client.site) if client.site else k.meta
     ipad, opad = tokens.keys()[0].pads
-    return _JOIN.call(
+    return caller.call(
         k,
         booked=booked,
         account_bucket=account_bucket,
@@ -249,6 +254,10 @@ _apresale_pass = sync_to_async(_presale_pass_then_close, thread_sensitive=True)
 def _join(event_id: str, token: Token | None, proof: str | None, client: Client, code: str | None) -> Joined:
     call, unverified = _join_call(event_id, token, proof, client, code)
     reply = store.run(call)
+    if reply[0] == b"LANE":
+        _with_lane.add(event_id)
+        call, unverified = _join_call(event_id, token, proof, client, code)
+        reply = store.run(call)
     if reply[0] == b"PRESALE_PASS":
         call, unverified = _join_call(event_id, token, proof, client, code, _presale_pass(event_id, client))
         reply = store.run(call)
@@ -260,6 +269,10 @@ async def _ajoin(
 ) -> Joined:
     call, unverified = _join_call(event_id, token, proof, client, code)
     reply = await store.arun(call)
+    if reply[0] == b"LANE":
+        _with_lane.add(event_id)
+        call, unverified = _join_call(event_id, token, proof, client, code)
+        reply = await store.arun(call)
     if reply[0] == b"PRESALE_PASS":
         listed = await _apresale_pass(event_id, client)
         call, unverified = _join_call(event_id, token, proof, client, code, listed)
@@ -349,14 +362,22 @@ def queue_challenge(*, event_id: str, client: Client = _ANYONE) -> Challenge:
     the join decides (lua/join.lua, the same check, atomic with the place)."""
     fields = store.client().hmget(store.event_keys(event_id).meta, *_CHALLENGE_FIELDS)
     if _counts_places(fields, client):
-        _may_join(store.run(_join_script_call(event_id, None, None, client, ask=True)))
+        reply = store.run(_join_script_call(event_id, None, None, client, ask=True))
+        if reply[0] == b"LANE":
+            _with_lane.add(event_id)
+            reply = store.run(_join_script_call(event_id, None, None, client, ask=True))
+        _may_join(reply)
     return _challenge(event_id, fields)
 
 
 async def aqueue_challenge(*, event_id: str, client: Client = _ANYONE) -> Challenge:
     fields = await store.batcher().execute("HMGET", store.event_keys(event_id).meta, *_CHALLENGE_FIELDS)
     if _counts_places(fields, client):
-        _may_join(await store.arun(_join_script_call(event_id, None, None, client, ask=True)))
+        reply = await store.arun(_join_script_call(event_id, None, None, client, ask=True))
+        if reply[0] == b"LANE":
+            _with_lane.add(event_id)
+            reply = await store.arun(_join_script_call(event_id, None, None, client, ask=True))
+        _may_join(reply)
     return _challenge(event_id, fields)
 
 

@@ -27,6 +27,7 @@ A place is read by lua/place_state.lua, which writes nothing: a poll of an admit
 person is their claim (docs/modes.md), and a lookup must not come back for them.
 """
 
+import hashlib
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -160,20 +161,23 @@ def by_token_prefix(event: Event, query: Query) -> list[Lead]:
     token rebuilt and compared. At most MAX_FOUND + 1 (more are said to be there)."""
     if not query.prefix:
         return []
-    k, c = store.event_keys(event.event_id), store.client()
-    gen, last = _generation(event.event_id), int(c.get(k.seq) or 0)
     head = bytes.fromhex(query.prefix[:8])
+    gen = _generation(event.event_id)
     if gen is None or head[:2] != gen:
         return []  # not a token of this line (of one rebuilt since, say): reservations may know it
-    found = []
-    for number in _numbers_with(k.nonces, head[2:4], last):
-        found += [
-            Lead(token, PREFIX)
-            for token in tokens.reissued(event.event_id, number, head)
-            if token.hex().startswith(query.prefix)
-        ]
-        if len(found) > MAX_FOUND:
-            break
+    # The random bytes' top bit says the priority lane's (or a token issued before
+    # the event had a lane): docs/modes.md.
+    found, c = [], store.client()
+    for lane in (True, False) if head[2] & 0x80 else (False,):
+        k = store.event_keys(event.event_id, lane)
+        for number in _numbers_with(k.nonces, head[2:4], int(c.get(k.seq) or 0)):
+            found += [
+                Lead(token, PREFIX)
+                for token in tokens.reissued(event.event_id, number, head, lane)
+                if token.hex().startswith(query.prefix)
+            ]
+            if len(found) > MAX_FOUND:
+                return found
     return found
 
 
@@ -263,15 +267,24 @@ def by_notify_email(event: Event, query: Query) -> list[Lead]:
     its arrival number and the random bytes the line keeps for it."""
     if not query.email:
         return []
-    rows = NotifyRequest.objects.filter(event=event, email__iexact=query.email).values_list("token", "number")
+    rows = NotifyRequest.objects.filter(event=event, email__iexact=query.email)
     gen, found = _generation(event.event_id), []
-    for token, number in rows[: MAX_FOUND + 1]:
+    for token, number, place in rows.values_list("token", "number", "place")[: MAX_FOUND + 1]:
         if token:
             found.append(Lead(tokens.parse_token(token).raw, NOTIFY))
         elif gen is not None:
-            k = store.event_keys(event.event_id)
-            nonce = store.client().getrange(k.nonces, 2 * number - 2, 2 * number - 1)
-            found += [Lead(t, NOTIFY) for t in tokens.reissued(event.event_id, number, gen + nonce)[:1]]
+            # The number's token in either line (the general one, the priority lane):
+            # the one whose hash the request kept.
+            for lane in (False, True):
+                k = store.event_keys(event.event_id, lane)
+                nonce = store.client().getrange(k.nonces, 2 * number - 2, 2 * number - 1)
+                if len(nonce) != tokens.NONCE_BYTES:
+                    continue  # not a number this line has issued
+                found += [
+                    Lead(t, NOTIFY)
+                    for t in tokens.reissued(event.event_id, number, gen + nonce)
+                    if hashlib.sha256(t).hexdigest() == place
+                ][:1]
     return found
 
 

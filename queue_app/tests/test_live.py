@@ -121,3 +121,24 @@ def test_the_live_page_refreshes_every_second_in_chromium(browser, live_server, 
     page.wait_for_function("document.getElementById('n-waiting').textContent === '35'", timeout=5_000)
     shot(page, "10-admin-live")
     context.close()
+
+
+def test_the_live_page_counts_the_priority_lane_apart(operator, make_event):
+    """On an event with a priority lane, the live numbers say how many of those
+    waiting are in it (docs/modes.md)."""
+    from queue_app import presale
+
+    event = make_event(priority_share=30)
+    (code,) = presale.codes_create(event, count=1, uses=5)
+    for _ in range(2):
+        services.queue_join(event_id=event.event_id, presale_code=code)
+    services.queue_join(event_id=event.event_id)
+    numbers = operator.get(f"/admin/queue_app/event/{event.pk}/live.json").json()["numbers"]
+    assert (numbers["waiting"], numbers["waitingPriority"]) == (3, 2)
+    page = operator.get(f"/admin/queue_app/event/{event.pk}/live/").content.decode()
+    assert 'id="n-waitingPriority"' in page
+    plain = make_event()
+    assert (
+        'id="n-waitingPriority"'
+        not in operator.get(f"/admin/queue_app/event/{plain.pk}/live/").content.decode()
+    )

@@ -392,3 +392,32 @@ def test_with_a_claim_time_the_mails_say_how_long_a_turn_waits(api, make_event, 
     [message] = mails_to(smtp, email)
     said = re.search(r"Come back within (\d+) seconds, or your turn passes.", body(message))
     assert said and 1 <= int(said.group(1)) <= 20, body(message)
+
+
+def test_a_priority_lane_place_near_the_front_is_mailed_while_the_general_line_is_far(
+    api, make_event, smtp, settings
+):
+    """Numbers count in each line apart (docs/modes.md): a general place further back
+    than the notice does not hold back a lane place near the front, though the lane
+    place's number is higher."""
+    from queue_app import presale
+    from testsupport.line import fresh_tick
+
+    settings.NOTIFY_AHEAD_SECONDS = 2
+    event = make_event(priority_share=90, admit_per_second=10)
+    (code,) = presale.codes_create(event, count=1, uses=100)
+    holders = [queue.queue_join(event_id=event.event_id, presale_code=code).token for _ in range(10)]
+    general = [api.token(event.event_id) for _ in range(10)]
+    assert fresh_tick(event.event_id).admitted == 10  # 9 from the lane, 1 from the general line
+    holders += [queue.queue_join(event_id=event.event_id, presale_code=code).token for _ in range(10)]
+    far, near = general[5], holders[19]  # general number 6, 4 s away; lane number 20, 1 s away
+    for token in (far, near):
+        assert tokens.place_of(event.event_id, tokens.parse_token(token).raw)[0] in (6, 20)
+    assert queue.queue_poll(event_id=event.event_id, token=tokens.parse_token(far)).eta_seconds == 4
+    assert queue.queue_poll(event_id=event.event_id, token=tokens.parse_token(near)).eta_seconds == 1
+    far_email, near_email = address(), address()
+    assert ask(api, event.event_id, far, far_email)[0] == 201
+    assert ask(api, event.event_id, near, near_email)[0] == 201
+    assert run_notify() == 1
+    assert len(mails_to(smtp, near_email)) == 1
+    assert not mails_to(smtp, far_email)

@@ -290,3 +290,43 @@ def test_safety_net_lets_nobody_in_at_once_while_the_other_line_waits(make_event
         store.client().set(store.EventKeys(event.event_id).active, 0)  # room again; one still waits
         code_next = None if first_waits_in_lane else code
         assert services.queue_join(event_id=event.event_id, presale_code=code_next).status == "WAITING"
+
+
+def test_a_process_learns_an_event_has_a_lane_and_keeps_passing_its_keys(make_event):
+    """A join passes the lane's keys only for an event that has had a lane: a
+    process that does not know yet is told (LANE, nothing written) and asks again;
+    an event whose share is set back to 0 keeps its lane's places."""
+    event, code = _lane_event(make_event)
+    services._with_lane.discard(event.event_id)
+    holder = _holder(event, code)
+    assert tokens.place_of(event.event_id, holder.raw) == (1, True)
+    assert event.event_id in services._with_lane
+    event.priority_share = 0
+    event.save()
+    events.event_publish(event)
+    services._with_lane.discard(event.event_id)
+    kept = services.queue_rejoin(event_id=event.event_id, token=holder)
+    assert (kept.token, kept.status) == (holder.text, "WAITING")
+    assert tokens.place_of(event.event_id, _general(event).raw)[1] is False  # a code is ignored now
+    assert services.queue_poll(event_id=event.event_id, token=holder).rank == 1
+
+
+def test_a_general_token_from_before_the_lane_with_the_top_bit_set_keeps_its_place(make_event):
+    """Tokens issued before lanes existed had random bytes with any top bit: such a
+    token is still the general line's, for the service (its signature) and for the
+    join script (the lane did not issue its random bytes)."""
+    event, code = _lane_event(make_event)
+    _holder(event, code)  # lane number 1
+    _general(event)  # general number 1, its random bytes rewritten below as an old token's
+    k = store.EventKeys(event.event_id)
+    gen = bytes.fromhex(store.client().hget(k.meta, "gen").decode())
+    head, number = gen + b"\xf1\x23", (1).to_bytes(5, "big")
+    store.client().setrange(k.nonces, 0, head[2:4])
+    old = tokens.Token.of(
+        tokens._assemble(head, number, tokens._mac(tokens.keys()[0], event.event_id, head, number))
+    )
+    assert tokens.place_of(event.event_id, old.raw) == (1, False)
+    assert services.queue_poll(event_id=event.event_id, token=old).rank == 1
+    kept = services.queue_rejoin(event_id=event.event_id, token=old)
+    assert (kept.token, kept.status) == (old.text, "WAITING")
+    assert int(store.client().get(k.seq)) == 1  # no new place

@@ -420,3 +420,23 @@ def test_a_notify_me_email_finds_its_place_before_and_after_the_mail(make_event,
     NotifyRequest.objects.filter(event=event).update(token="", status="SENT")
     found = support.place_lookup(event, "FAN@example.com").places
     assert [(p.number, p.rank) for p in found] == [(2, 2)]
+
+
+def test_a_priority_lane_place_is_found_by_its_prefix_and_its_notify_email(make_event, db):
+    """A lane token's first digits find it in the lane (its random bytes' top bit),
+    and a notify-me address finds it once the request no longer keeps the token."""
+    from queue_app import notify, presale
+    from queue_app.models import NotifyRequest
+
+    event = make_event(priority_share=30)
+    (code,) = presale.codes_create(event, count=1, uses=5)
+    services.queue_join(event_id=event.event_id)  # general number 1
+    holder = services.queue_join(event_id=event.event_id, presale_code=code).token  # lane number 1
+    found = support.place_lookup(event, holder.replace("-", "")[:12]).places
+    assert [(p.token, p.lane, p.number) for p in found] == [(holder, True, 1)]
+    notify.notify_request(
+        event_id=event.event_id, token=parse_token(holder), email="fan@example.com", language="en", site="x"
+    )
+    NotifyRequest.objects.filter(event=event).update(token="", status="SENT")  # mailed: the token let go
+    found = support.place_lookup(event, "fan@example.com").places
+    assert [(p.token, p.lane) for p in found] == [(holder, True)]

@@ -60,6 +60,8 @@
       for (const key of ["waiting", "active", "seatsLeft", "seatsSold", "bookings", "admittedLastMinute"]) {
         document.getElementById("n-" + key).textContent = fmt(n[key]);
       }
+      const lane = document.getElementById("n-waitingPriority");  // an event with a priority lane's
+      if (lane) lane.textContent = fmt(n.waitingPriority);
       document.getElementById("n-status").textContent = S.statuses[n.status] || n.status || "–";
       for (const key of ["held", "paid", "refunded"]) {  // a priced event's money, as people read it
         const cell = document.getElementById("n-" + key);

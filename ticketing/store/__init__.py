@@ -16,6 +16,7 @@ from ticketing.store.clients import (
 )
 from ticketing.store.keys import (
     EVENTS_KEY,
+    LINE_KEY_NAMES,
     EventKeys,
     event_keys,
     key,
@@ -39,6 +40,7 @@ from ticketing.store.scripts import (
 __all__ = [
     "ASYNC_REQUEST_TIMEOUT",
     "EVENTS_KEY",
+    "LINE_KEY_NAMES",
     "Batcher",
     "Call",
     "Caller",

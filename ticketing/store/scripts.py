@@ -175,8 +175,10 @@ class Caller:
     `passes`: the names the caller gives each call (every argument, and the keys
     that are not the event's own, such as a token's booking mark); the script's
     other keys are the `EventKeys` attributes of the same names, read from the
-    event's keys given to each call. `reply`: a type built from the script's reply
-    (a NamedTuple whose fields are the header's REPLY names, in order).
+    event's keys given to each call. `leaves`: optional keys at the end of the
+    header this caller never hands over (the script does without them). `reply`: a
+    type built from the script's reply (a NamedTuple whose fields are the header's
+    REPLY names, in order).
     """
 
     __slots__ = ("script", "passes", "reply", "_keys", "_args", "_count", "_own", "_given", "_rest")
@@ -186,11 +188,15 @@ class Caller:
         name: str,
         *,
         passes: Iterable[str] = (),
+        leaves: Iterable[str] = (),
         reply: Any = None,
         directory: Path | None = None,
     ) -> None:
         found = script(name) if directory is None else Script(name, directory)
         passes = tuple(passes.split() if isinstance(passes, str) else passes)
+        leaves = tuple(leaves.split() if isinstance(leaves, str) else leaves)
+        if leaves and (set(leaves) - found.optional or found.keys[-len(leaves) :] != leaves):
+            raise ScriptError(f"lua/{name}.lua: only its last optional keys may be left: {leaves}")
         unknown = [word for word in passes if word not in found.names()]
         if unknown or len(set(passes)) != len(passes):
             raise ScriptError(f"lua/{name}.lua does not take {', '.join(unknown) or 'a name twice'}")
@@ -205,7 +211,7 @@ class Caller:
         if reply is not None and tuple(getattr(reply, "_fields", ())) != found.reply:
             raise ScriptError(f"lua/{name}.lua replies {found.reply}, not the fields of {reply.__name__}")
         self.script, self.passes, self.reply = found, frozenset(passes), reply
-        self._keys = tuple((word, word in self.passes) for word in found.keys)
+        self._keys = tuple((word, word in self.passes) for word in found.keys if word not in leaves)
         self._args = found.args
         self._count = len(passes)
         # Worked out once, so that a call costs a microsecond or so: the event's own

@@ -605,7 +605,7 @@ CASES = [
     Case("join", crowd_presale, join_with_code, keys=(1, 2, 6, 7, 8, 9, 10, 14, 22), counters=(2, 7)),
     Case("join", crowd_window_passed, rejoin, keys=(1, 2, 3, 5, 6, 7, 8, 9, 10, 14), counters=(2, 7)),
     # The priority lane's join: its own counters and random bytes (23-25).
-    Case("join", crowd_lane, join_with_code, keys=(1, 6, 7, 8, 9, 10, 22, 23, 24, 25), counters=(7, 23, 25)),
+    Case("join", crowd_lane, join_with_code, keys=(1, 6, 8, 9, 10, 22, 23, 24, 25), counters=(23, 25)),
     Case(
         "join",
         crowd_lane_safety_net,
@@ -614,12 +614,12 @@ CASES = [
         counters=(2, 7, 16, 18, 19, 23, 25, 27),
     ),  # fmt: skip
     # A lane holder coming back in time reads the lane's line (26, 28, 30-32).
-    Case("join", crowd_lane_claiming, rejoin, keys=(1, 6, 7, 24, 25, 26, 28, 30, 31, 32), counters=(7, 25)),
+    Case("join", crowd_lane_claiming, rejoin, keys=(1, 6, 24, 25, 26, 28, 30, 31, 32), counters=(25,)),
     # F5 in the window: the booked places (13) say it has not booked.
     Case("join", crowd_active, rejoin, keys=(1, 3, 5, 6, 7, 13, 14), counters=(7,)),
     # A join into the pre-queue appends its token to the pre-queue's string (12).
     Case("join", pre_queue, join, keys=(1, 2, 6, 7, 8, 9, 10, 12, 14), counters=(2, 7)),
-    Case("join", pre_queue, rejoin, keys=(1, 4, 6, 7, 14), counters=(7,)),
+    Case("join", pre_queue, rejoin, keys=(1, 4, 6, 14)),
     # A drawn place kept on F5: its place is read from the positions (11).
     Case("join", drawn, rejoin, keys=(1, 3, 6, 7, 11, 14), counters=(7,)),
     Case("leave", crowd, leave, keys=(1, 2, 4, 5, 6, 8), counters=(5, 6)),
