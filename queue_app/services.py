@@ -604,7 +604,10 @@ def queue_join_many(*, event_id: str, count: int, chunk: int = 10_000, distinct:
     event's protections would keep them; the proofs are not verified here)."""
     store.load("join")
     expires = int(time.time()) + queue_proof.VALID_SECONDS
-    difficulty = int(store.client().hget(store.event_keys(event_id).meta, "proofOfWork") or 0)
+    asked, has_lane = store.client().hmget(store.event_keys(event_id).meta, "proofOfWork", "hasLane")
+    difficulty = int(asked or 0)
+    if has_lane == b"1":
+        _with_lane.add(event_id)  # a pipeline cannot ask again on LANE: pass the lane's keys at once
     n = 0
     while count > 0:
         pipe = store.event_pipeline(event_id)

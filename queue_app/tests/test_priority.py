@@ -330,3 +330,13 @@ def test_a_general_token_from_before_the_lane_with_the_top_bit_set_keeps_its_pla
     kept = services.queue_rejoin(event_id=event.event_id, token=old)
     assert (kept.token, kept.status) == (old.text, "WAITING")
     assert int(store.client().get(k.seq)) == 1  # no new place
+
+
+def test_a_drill_fills_the_general_line_of_an_event_with_a_lane(make_event):
+    """queue_join_many pipelines its joins, which cannot ask again: on an event with
+    a lane it passes the lane's keys from the start."""
+    event, _ = _lane_event(make_event)
+    services._with_lane.discard(event.event_id)
+    services.queue_join_many(event_id=event.event_id, count=50)
+    k = store.EventKeys(event.event_id)
+    assert (int(store.client().get(k.seq)), store.client().get(k.lane_seq)) == (50, None)
