@@ -37,6 +37,7 @@ from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from queue_app import tokens
 from ticketing import store
 
 log = logging.getLogger(__name__)
@@ -347,11 +348,6 @@ def _line(line_id: str, event_id: str, lane: bool) -> Line:
     return found
 
 
-def _line_id(event_id: str, lane: bool) -> str:
-    """A line's name among the copies: the event id, or the priority lane's."""
-    return event_id + "~p" if lane else event_id
-
-
 def _positions_range(line: Line, chunk: int) -> tuple[str, int, int]:
     return (
         store.event_keys(line.event_id).drawpos,
@@ -372,7 +368,7 @@ def current(event_id: str, number: int = 0, lane: bool = False) -> Line:
     """The event's line (`lane`: its priority lane), refreshed first when older than
     the refresh interval (one refresh at a time per line: the other threads wait for
     it), with the drawn positions that `number`'s poll needs."""
-    line_id = _line_id(event_id, lane)
+    line_id = tokens.signed_for(event_id, lane)
     line = _line(line_id, event_id, lane)
     if time.monotonic() - line.read_at >= _refresh_seconds:
         with _locks.setdefault(line_id, threading.Lock()):
@@ -410,7 +406,7 @@ async def _once(event_id: str, what: Any, work: Any) -> None:
 async def acurrent(event_id: str, number: int = 0, lane: bool = False) -> Line:
     """`current` on the asyncio client: the polls of one event-loop turn that find
     the copy stale all wait for one refresh."""
-    line_id = _line_id(event_id, lane)
+    line_id = tokens.signed_for(event_id, lane)
     line = _line(line_id, event_id, lane)
     if time.monotonic() - line.read_at >= _refresh_seconds:
         await _once(line_id, "state", lambda: _arefresh(line))
@@ -429,7 +425,7 @@ async def acurrent(event_id: str, number: int = 0, lane: bool = False) -> Line:
 def noted_left(event_id: str, number: int, lane: bool = False) -> None:
     """A leave this process made: its own copy knows at once (others, at their next
     refresh)."""
-    line = _lines.get(_line_id(event_id, lane))
+    line = _lines.get(tokens.signed_for(event_id, lane))
     if line is None or not line.found:
         return
     with line.lock:

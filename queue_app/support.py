@@ -221,7 +221,8 @@ def by_receipt(event: Event, query: Query) -> list[Lead]:
     nonce = store.client().getrange(store.event_keys(event.event_id).nonces, 2 * number - 2, 2 * number - 1)
     return [
         Lead(token, RECEIPT)
-        for token in tokens.reissued(event.event_id, number, gen + nonce)
+        # (No priority lane with a scheduled start: the drawn places are the general line's.)
+        for token in tokens.reissued(event.event_id, number, gen + nonce, lane=False)
         if draw.receipt(event.event_id, token) == query.receipt
     ][:1]
 
@@ -282,7 +283,7 @@ def by_notify_email(event: Event, query: Query) -> list[Lead]:
                     continue  # not a number this line has issued
                 found += [
                     Lead(t, NOTIFY)
-                    for t in tokens.reissued(event.event_id, number, gen + nonce)
+                    for t in tokens.reissued(event.event_id, number, gen + nonce, lane)
                     if hashlib.sha256(t).hexdigest() == place
                 ][:1]
     return found
@@ -411,8 +412,8 @@ def place_lookup(event: Event, query: object) -> Lookup:
 
 
 def _place(event_id: str, token: bytes, found_by: tuple[str, ...], bookings: tuple[Booked, ...]) -> Place:
-    text = Token.of(token).text
-    if tokens.verify(event_id, token) is None:
+    text, signed = Token.of(token).text, tokens.place_of(event_id, token)
+    if signed is None:
         # Not signed for this event (or by a key past its grace): its digits mean nothing.
         return Place(
             text, found_by, "NOT_FOUND", False, False, None, False, None, None, None, "", False, None, False,
@@ -431,7 +432,7 @@ def _place(event_id: str, token: bytes, found_by: tuple[str, ...], bookings: tup
         signed=True,
         of_line=of_line,
         number=s.number,
-        lane=tokens.place_of(event_id, token)[1],
+        lane=signed[1],
         place=s.place or None,
         rank=s.rank,
         waiting=s.waiting,

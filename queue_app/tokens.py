@@ -152,13 +152,14 @@ def mint(
     return _assemble(head, encoded, _mac(keys()[0], signed_for(event_id, lane), head, encoded))
 
 
-def reissued(event_id: str, number: int, head: bytes, lane: bool | None = None) -> list[bytes]:
+def reissued(event_id: str, number: int, head: bytes, lane: bool) -> list[bytes]:
     """The tokens the join script would have issued for this number and these first
-    4 bytes (the line's generation and the random bytes it keeps for the number),
-    one for each key that still verifies: the token issued is among them. How an
-    operator's support lookup finds a token from the line (queue_app/support.py)."""
+    4 bytes (the line's generation and the random bytes it keeps for the number) in
+    that line (`lane`: the priority lane), one for each key that still verifies: the
+    token issued is among them. How an operator's support lookup finds a token from
+    the line (queue_app/support.py)."""
     encoded, now = number.to_bytes(5, "big"), time.time()
-    line = signed_for(event_id, bool(head[2] & 0x80) if lane is None else lane)
+    line = signed_for(event_id, lane)
     return [
         _assemble(head, encoded, _mac(key, line, head, encoded))
         for key in keys()

@@ -20,19 +20,6 @@ from queue_app import admission, events, presale, services, support, tokens
 from queue_app.tokens import parse_token
 from ticketing import store
 
-LINE_KEYS = (
-    "seq",
-    "nonces",
-    "popped",
-    "left",
-    "holes",
-    "windows",
-    "per_window",
-    "claims",
-    "claimed",
-    "booked_places",
-)
-
 
 def _tick(event_id: str) -> admission.Tick:
     """A tick now: the last one ran a second ago."""
@@ -57,7 +44,7 @@ def _general(event) -> tokens.Token:
 def _line(event_id: str, lane: bool) -> dict:
     """The values of one line's keys (a give-back must leave the other line's alone)."""
     k, c = store.event_keys(event_id, lane), store.client()
-    return {name: c.dump(getattr(k, name)) for name in LINE_KEYS}
+    return {name: c.dump(getattr(k, name)) for name in store.LINE_KEY_NAMES}
 
 
 def test_a_holder_joins_the_lane_and_everyone_else_the_general_line(api, make_event):
