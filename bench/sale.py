@@ -437,13 +437,8 @@ class Sale:
             self.out.joined += 1
             token = body["data"]["token"]
             query = f"/api/status/poll?token={token}&eventId={self.event}"
-            kind = "poll_first"
-            while self.now() < self.end:
-                status, body = await self.client.request(kind, "GET", query)
-                data = body["data"] if body and body.get("success") else None
-                if data is None:
-                    self.out.failed += 1
-                    return
+            data = body["data"]["position"]  # the join answers its first poll
+            while True:
                 state = data["status"]
                 kind = "poll_wait" if state == "WAITING" else "poll_redis"
                 if state == "WAITING" and leave_at is not None and self.now() >= leave_at:
@@ -478,6 +473,13 @@ class Sale:
                     return
                 leave_wait = (leave_at - self.now()) if leave_at is not None else wait
                 await asyncio.sleep(max(0.0, min(wait, leave_wait) if state == "WAITING" else wait))
+                if self.now() >= self.end:
+                    return
+                status, body = await self.client.request(kind, "GET", query)
+                data = body["data"] if body and body.get("success") else None
+                if data is None:
+                    self.out.failed += 1
+                    return
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             self.out.failed += 1
 
@@ -580,7 +582,7 @@ def compare(d: dict, units: capacity.Units, processes: int) -> dict[str, dict[st
     s = d["seconds"]
     rates = {k: 0.0 for k in capacity.KINDS}
     for kind, n in d["requests"].items():
-        rates["poll_redis" if kind == "poll_first" else kind] += n / s
+        rates[kind] += n / s
     predicted = asdict(capacity.load(rates, units, processes))
     predicted["http_in_mb_s"] -= (
         sum(rates.values()) * capacity.TCP_IP_BYTES / 1e6

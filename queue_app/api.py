@@ -190,31 +190,6 @@ class ChallengeOutput(serializers.Serializer):
     )
 
 
-class JoinedOutput(serializers.Serializer):
-    token = serializers.UUIDField()
-    eventId = serializers.CharField(source="event_id")  # noqa: N815
-    joinedAt = serializers.IntegerField(  # noqa: N815
-        source="joined_at", allow_null=True, help_text="ms; null when rejoin kept the place"
-    )
-    receipt = serializers.CharField(
-        allow_null=True,
-        help_text="A place in the pre-queue of a scheduled start: its public id in the draw "
-        "(16 hexadecimal digits; GET /api/queue/draw). null for any other place.",
-    )
-    status = serializers.ChoiceField(
-        choices=["WAITING", "ACTIVE"],
-        help_text="ACTIVE: admitted already (a safety-net event with room, a pass-through event, "
-        "or a rejoin that kept its active window); WAITING: in line, the tick admits it.",
-    )
-
-
-class RejoinedOutput(JoinedOutput):
-    rejoined = serializers.BooleanField(
-        help_text="true: the place (or the active window) was kept, same token; "
-        "false: a new token at the back (the old one polls as what it was)"
-    )
-
-
 class LeftOutput(serializers.Serializer):
     removed = serializers.BooleanField(help_text="false when the token was not waiting")
 
@@ -302,6 +277,35 @@ class PositionOutput(serializers.Serializer):
         "late\"), in Korean and English: show it while it is set, in the page's language (the other "
         "when that one is empty). null when there is none. A new message, or its clearing, reaches "
         "every poll within a fraction of a second.",
+    )
+
+
+class JoinedOutput(serializers.Serializer):
+    token = serializers.UUIDField()
+    eventId = serializers.CharField(source="event_id")  # noqa: N815
+    joinedAt = serializers.IntegerField(  # noqa: N815
+        source="joined_at", allow_null=True, help_text="ms; null when rejoin kept the place"
+    )
+    receipt = serializers.CharField(
+        allow_null=True,
+        help_text="A place in the pre-queue of a scheduled start: its public id in the draw "
+        "(16 hexadecimal digits; GET /api/queue/draw). null for any other place.",
+    )
+    status = serializers.ChoiceField(
+        choices=["WAITING", "ACTIVE"],
+        help_text="ACTIVE: admitted already (a safety-net event with room, a pass-through event, "
+        "or a rejoin that kept its active window); WAITING: in line, the tick admits it.",
+    )
+    position = PositionOutput(
+        help_text="The place's first poll, as GET /api/status/poll answers it: show it, then poll "
+        "after its nextPollMs, so that an arrival costs one request, not two."
+    )
+
+
+class RejoinedOutput(JoinedOutput):
+    rejoined = serializers.BooleanField(
+        help_text="true: the place (or the active window) was kept, same token; "
+        "false: a new token at the back (the old one polls as what it was)"
     )
 
 

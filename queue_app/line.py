@@ -231,9 +231,11 @@ class Line:
             return None
         return int.from_bytes(found[at : at + 4], "big")
 
-    def answer(self, token: bytes, number: int) -> PollReply | None:
+    def answer(self, token: bytes, number: int, fresh: bool = False) -> PollReply | None:
         """A poll's answer for a person still waiting behind the head, in the shape
-        of lua/poll.lua's reply; None when Redis must answer (see the module)."""
+        of lua/poll.lua's reply; None when Redis must answer (see the module).
+        `fresh`: the token was just issued or found waiting by Redis (the join's
+        first poll), so a number past the copy's last is a place, not a stranger."""
         if not self.found or self.status == b"CLOSED" or token[:2] != self.gen:
             return None
         waiting = max(self.seq, number) - self.popped - self.holes
@@ -258,8 +260,12 @@ class Line:
             if state is None:
                 return None
             return self._reply(state, waiting, prequeue=1)
-        if place <= self.popped or number > self.seq:
-            return None  # at or past the head; or joined since the last refresh
+        if number > self.seq:
+            if not fresh:
+                return None  # joined since the last refresh: Redis knows
+            self.seq = number  # the line is at least this long: so the next polls say
+        if place <= self.popped:
+            return None  # at or past the head
         if self.is_left(place):
             return self._reply(b"NOT_FOUND", waiting, prequeue=prequeue, position=place if prequeue else 0)
         rank = place - self.popped - (self.left_upto(place - 1) - self.left_upto(self.popped))

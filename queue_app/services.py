@@ -5,6 +5,7 @@ servers can never interleave a check and an act.
 """
 
 import asyncio
+import dataclasses
 import functools
 import logging
 import os
@@ -20,7 +21,7 @@ from django.utils.module_loading import import_string
 from queue_app import cadence, draw, line, presale, tokens
 from queue_app import proof as queue_proof
 from queue_app.models import EVENT_ID_RE
-from queue_app.tokens import Token, issued, issued_place
+from queue_app.tokens import Token, issued, issued_place, parse_token
 from ticketing import store
 from ticketing.errors import DomainError, validation_error
 
@@ -77,6 +78,8 @@ class Joined:
     # ACTIVE: admitted at once (a safety-net or pass-through event), or a rejoin's kept window
     status: str = "WAITING"
     receipt: str | None = None  # a place of a scheduled start's pre-queue (docs/draw.md)
+    # The place's first poll, answered with the join so that an arrival is one request.
+    position: "Position | None" = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,7 +264,13 @@ def _join(event_id: str, token: Token | None, proof: str | None, client: Client,
     if reply[0] == b"PRESALE_PASS":
         call, unverified = _join_call(event_id, token, proof, client, code, _presale_pass(event_id, client))
         reply = store.run(call)
-    return _joined(event_id, token, reply, client, unverified)
+    joined = _joined(event_id, token, reply, client, unverified)
+    new = parse_token(joined.token)
+    number, lane = issued_place(event_id, new)
+    found = joined.status == "WAITING" and line.current(event_id, number, lane).answer(
+        new.raw, number, fresh=True
+    )
+    return _with_position(joined, new, found or store.run(_poll_call(event_id, new)), lane)
 
 
 async def _ajoin(
@@ -277,7 +286,21 @@ async def _ajoin(
         listed = await _apresale_pass(event_id, client)
         call, unverified = _join_call(event_id, token, proof, client, code, listed)
         reply = await store.arun(call)
-    return _joined(event_id, token, reply, client, unverified)
+    joined = _joined(event_id, token, reply, client, unverified)
+    new = parse_token(joined.token)
+    number, lane = issued_place(event_id, new)
+    found = joined.status == "WAITING" and (await line.acurrent(event_id, number, lane)).answer(
+        new.raw, number, fresh=True
+    )
+    return _with_position(joined, new, found or await store.arun(_poll_call(event_id, new)), lane)
+
+
+def _with_position(joined: Joined, token: Token, reply: line.PollReply, lane: bool) -> Joined:
+    """The join's answer with its place's first poll. A place waiting is answered
+    from the process's copy of the line, which knows everyone ahead of it (as one
+    refresh saw them) though maybe not the new place itself yet (`fresh`); one
+    admitted already by Redis, as any poll of it is (the join claimed it)."""
+    return dataclasses.replace(joined, position=_position(joined.event_id, token, reply, lane))
 
 
 _ANYONE = Client()

@@ -1,7 +1,6 @@
 """Browser pages of the waiting room. The live parts (join, position, admission)
 are the JSON API driven by static/js/waiting-room.js; these views render the frame."""
 
-import time
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import quote
@@ -14,7 +13,7 @@ from django.shortcuts import get_object_or_404, render
 from django.templatetags.static import static
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.cache import add_never_cache_headers
+from django.utils.cache import add_never_cache_headers, patch_cache_control
 from django.utils.translation import gettext as _
 
 from queue_app import draw, notify, services
@@ -75,8 +74,6 @@ def waiting_room(request: HttpRequest, event_id: str) -> HttpResponse:
         "proofOfWork": event.proof_of_work > 0,
         "widget": static("vendor/altcha/altcha.min.js"),
         "requireAccount": event.require_account,
-        # A scheduled start's countdown runs on the server's clock.
-        "serverNow": int(time.time() * 1000),
         "drawUrl": reverse("draw-page", args=[event.event_id]),
         "signedIn": request.user.is_authenticated,
         "loginUrl": reverse("login") + "?next=" + quote(request.path),
@@ -134,6 +131,12 @@ def waiting_room(request: HttpRequest, event_id: str) -> HttpResponse:
     response = render(request, "queue_app/waiting_room.html", context)
     if config["notify"]["place"]:
         add_never_cache_headers(response)  # it carries a token: for this browser only
+    elif request.user.is_authenticated:
+        patch_cache_control(response, private=True)  # the account's name, its CSRF token
+    else:
+        # The same page for everyone (per language): the person's token lives in the
+        # browser (localStorage, the cookie), and the page asks the API for the rest.
+        patch_cache_control(response, public=True, max_age=settings.WAITING_ROOM_MAX_AGE)
     return response
 
 

@@ -170,10 +170,7 @@ class FastRoute:
         self.client = view.fast_client
         # Who signed in is known on Django's lane only.
         self.by_session = self.client is not None or SessionAuthentication in view.authentication_classes
-        self.output = [
-            (name, field.source, _shown_as_is(field), field.to_representation)
-            for name, field in view.Output().fields.items()
-        ]
+        self.output = _outputs(view.Output())
 
 
 # Output fields whose to_representation gives back a value of this exact type
@@ -197,6 +194,31 @@ def _shown_as_is(field: serializers.Field) -> type | None:
     ):
         return dict
     return _SHOWN_AS_IS.get(type(field))
+
+
+def _outputs(serializer: serializers.Serializer) -> list[tuple]:
+    """(name, source, type written as is, shaper) per field of an output serializer."""
+    return [
+        (name, field.source, _shown_as_is(field), _shaper(field)) for name, field in serializer.fields.items()
+    ]
+
+
+def _shaper(field: serializers.Field) -> Callable[[Any], Any]:
+    """How a value of the field is written: a nested serializer's object by its own
+    fields, as the answer itself is (the join's first poll); anything else by the
+    field."""
+    if isinstance(field, serializers.Serializer):
+        nested = _outputs(field)
+        return lambda value: _shaped(nested, value)
+    return field.to_representation
+
+
+def _shaped(output: list[tuple], result: object) -> dict:
+    data = {}
+    for name, source, kind, shape in output:
+        value = getattr(result, source)
+        data[name] = value if value is None or type(value) is kind else shape(value)
+    return data
 
 
 def find_routes(patterns: list | None = None, prefix: str = "/") -> dict[str, FastRoute]:
@@ -353,11 +375,7 @@ class FastLane:
                     await throttle.acheck(meta)
                 if route.client is not None:
                     kwargs["client"] = route.client(meta)
-            result = await route.service(**kwargs)
-            data = {}
-            for name, source, kind, shape in route.output:
-                value = getattr(result, source)
-                data[name] = value if value is None or type(value) is kind else shape(value)
+            data = _shaped(route.output, await route.service(**kwargs))
             status, headers, payload = 200, _JSON, orjson.dumps({"success": True, "data": data})
         except Exception as exc:  # every answer is in the envelope, a bug's too
             if isinstance(exc, TimeoutError):

@@ -117,6 +117,10 @@ if QUEUE_TOKEN_KEY_PREVIOUS and QUEUE_TOKEN_KEY_PREVIOUS_UNTIL is None:
 # How old each web process's copy of a line's counters may get before a poll
 # refreshes it (queue_app/line.py): the most a waiting person's rank lags behind.
 QUEUE_LINE_REFRESH_MS = env.int("QUEUE_LINE_REFRESH_MS", default=200)
+# How long browsers and the proxy (deploy/nginx.conf) may keep a waiting room's page,
+# the same for everyone not signed in: an arrival then costs no render. What changes
+# on it meanwhile (a closed sale, a new message) each poll says anyway.
+WAITING_ROOM_MAX_AGE = env.int("WAITING_ROOM_MAX_AGE", default=5)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 

@@ -9,6 +9,7 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import include, path
 from django.views.decorators.csrf import csrf_exempt
+from django.views.i18n import set_language
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from ticketing import metrics
@@ -49,7 +50,9 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
     path("", include("accounts_app.urls")),
     path("admin/", admin.site.urls),
-    path("i18n/", include("django.conf.urls.i18n")),
+    # Without a CSRF token, so that a page the same for everyone carries none and may
+    # be cached (deploy/nginx.conf): a forged switch changes a page's language, no more.
+    path("i18n/setlang/", csrf_exempt(set_language), name="set_language"),
     path("", include("queue_app.urls")),
     path("", include("booking_app.urls")),
 ]

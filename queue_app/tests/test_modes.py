@@ -32,9 +32,11 @@ def test_a_join_on_an_empty_safety_net_event_is_active_on_its_first_poll(lanes_a
     status, body = lanes_api.join(event.event_id)
     assert status == 200
     assert body["data"]["status"] == "ACTIVE"
+    first = body["data"]["position"]  # the join's answer carries its first poll
+    assert first["status"] == "ACTIVE" and first["activeExpiresAt"] is not None
     _, polled = lanes_api.poll(body["data"]["token"], event.event_id)
     assert polled["data"]["status"] == "ACTIVE"
-    assert polled["data"]["activeExpiresAt"] is not None
+    assert polled["data"]["activeExpiresAt"] == first["activeExpiresAt"]
     assert events.event_live_numbers(event.event_id)["active"] == 1
 
 

@@ -63,6 +63,25 @@ def test_the_language_switcher_sticks(client, make_event):
     assert event.event_id in client.get("/").content.decode()
 
 
+def test_the_waiting_room_is_one_page_for_everyone_not_signed_in(make_event, django_user_model):
+    """An arrival costs no render where a cache stands: every anonymous visitor gets
+    the same bytes (per language), public for a few seconds, with no cookie set and
+    nothing of the visitor's in it; a signed-in person's page is private."""
+    event = make_event()
+    url = f"/events/{event.event_id}/"
+    pages = [Client().get(url, HTTP_ACCEPT_LANGUAGE="ko", REMOTE_ADDR=f"10.0.0.{n}") for n in (1, 2)]
+    assert pages[0].content == pages[1].content
+    for page in pages:
+        assert page.status_code == 200 and not page.cookies
+        assert page["Cache-Control"] == f"public, max-age={settings.WAITING_ROOM_MAX_AGE}"
+        assert "Accept-Language" in page["Vary"]
+    assert Client().get(url, HTTP_ACCEPT_LANGUAGE="en").content != pages[0].content
+    person = Client()
+    person.force_login(django_user_model.objects.create_user("fan", "fan@example.org", "pw"))
+    mine = person.get(url)
+    assert mine["Cache-Control"] == "private" and b"fan" in mine.content
+
+
 def test_an_unknown_page_is_an_html_404_for_browsers_and_json_for_clients(client, db):
     resp = client.get("/events/nope/", **HTML)
     assert resp.status_code == 404

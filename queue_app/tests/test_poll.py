@@ -232,3 +232,31 @@ def test_polls_of_waiting_people_send_redis_nothing(
     with django_assert_num_queries(0):  # only a BOOKED poll asks Postgres (its reservation's status)
         commands = _polls_commands(redis_url, lambda: api.poll(waiting[0], event.event_id))
     assert commands == ["EVALSHA"], commands  # lua/poll.lua
+
+
+def test_a_join_answers_its_first_poll_with_no_redis_command_of_its_own(api, event, redis_url, settings):
+    """An arrival is one request: the join's answer carries the place's first poll,
+    answered from the process's copy of the line even though the copy was read
+    before the place existed; the join sends Redis its script, and nothing for the
+    poll."""
+    settings.QUEUE_LINE_REFRESH_MS = 60_000
+    redis_url = _server_of(redis_url, event.event_id)
+    ahead = [api.token(event.event_id) for _ in range(3)]
+    api.leave(ahead[1], event.event_id)
+    line.forget()
+    api.poll(ahead[0], event.event_id)  # warm: the copy is read, scripts are loaded
+    services.queue_join_many(event_id=event.event_id, count=4)  # places the copy has not seen
+    answers = []
+    sent = _polls_commands(redis_url, lambda: answers.extend(api.join(event.event_id) for _ in range(5)))
+    assert sent == ["EVALSHA"] * 5, sent  # the join's script, and no more
+    for n, (status, body) in enumerate(answers, start=1):
+        first = body["data"]["position"]
+        assert status == 200 and first["status"] == "WAITING"
+        shown = (first["rank"], first["totalWaiting"], first["ahead"], first["behind"])
+        assert shown == (6 + n, 6 + n, 5 + n, 0)
+        assert first["nextPollMs"] > 0 and first["eventStatus"] == "OPEN" and first["remainingSeats"] > 0
+    line.forget()
+    token = answers[0][1]["data"]["token"]
+    polled = api.poll(token, event.event_id)[1]["data"]
+    later = {"nextPollMs": 0, "behind": 0, "totalWaiting": 0}  # (four joined behind it since)
+    assert {**answers[0][1]["data"]["position"], **later} == {**polled, **later}

@@ -85,6 +85,8 @@
       options.body = JSON.stringify(body);
     }
     const resp = await fetch(url, options);
+    const date = Date.parse(resp.headers.get("Date") || "");
+    if (!Number.isNaN(date)) serverTime(date + 500, false);
     let payload = null;
     try { payload = await resp.json(); } catch (e) { /* not JSON: a proxy error page */ }
     return { status: resp.status, payload: payload };
@@ -274,13 +276,16 @@
       return refusal(answer);
     }
     checks = 0;
+    failures = 0;
     presaleCode = ""; // spent (or not needed): another new place asks for a code again
     const data = answer.payload.data;
+    if (data.joinedAt) serverTime(data.joinedAt, true);
     keepToken(data.token);
     if (rejoin || !data.rejoined) {
       try { localStorage.removeItem(firstRankKey); } catch (e) { /* ignore */ }
     }
-    poll();
+    // The answer carries the place's first poll: shown now, the next one at its nextPollMs.
+    if (data.position) shown(data.position); else poll();
   }
 
   // --- Presale codes (docs/presale.md) -----------------------------------------
@@ -327,8 +332,17 @@
     if (presaleAgain) presaleAgain();
   });
 
-  // The server's clock, for the countdown to a scheduled start (the browser's may differ).
-  const skew = Date.now() - cfg.serverNow;
+  // The server's clock, for the countdown to a scheduled start (the browser's may
+  // differ): a new place's joinedAt (ms, on the line's clock), else the Date of the
+  // API's answers (whole seconds: the middle of the second is taken). The page itself
+  // is the same for everyone, and may be cached: it carries no clock of its own.
+  let skew = 0;
+  let skewExact = false;
+  function serverTime(ms, exact) {
+    if (skewExact && !exact) return;
+    skew = Date.now() - ms;
+    skewExact = exact;
+  }
   let countdown = null;
 
   function clock(ms) {
@@ -509,7 +523,11 @@
     }
     if (gone) return; // an answer that crossed the leave
     failures = 0;
-    const data = answer.payload.data;
+    shown(answer.payload.data);
+  }
+
+  // A poll's answer (or the join's first one) on the page, and what follows it.
+  function shown(data) {
     crowdMessage(data.message);
     // A closed sale books nobody: said so, whatever the place was.
     if (data.eventStatus === "CLOSED" && data.status !== "BOOKED") { show("closed"); return; }

@@ -37,16 +37,20 @@ LEAD = timedelta(seconds=8)
 # The countdown right after the join: the whole seconds left, LEAD at most.
 STARTS_IN = rf"0:0[1-{LEAD.seconds}]"
 
-# Every poll the page sends: when it was sent and answered (ms), and the answer.
+# Every poll answer the page gets (a join's first one too): when it was sent and
+# answered (ms), and the answer.
 RECORD_POLLS = """
 window.__polls = [];
 const fetched = window.fetch;
 window.fetch = async function (url) {
   const sent = Date.now();
   const response = await fetched.apply(this, arguments);
-  if (String(url).includes("/api/status/poll")) {
+  const asked = String(url);
+  const poll = asked.includes("/api/status/poll");
+  if (poll || asked.includes("/api/queue/join") || asked.includes("/api/queue/rejoin")) {
     const body = await response.clone().json().catch(() => null);
-    window.__polls.push({ sent: sent, answered: Date.now(), data: body && body.data });
+    const data = body && body.data && (poll ? body.data : body.data.position);
+    if (poll || data) window.__polls.push({ sent: sent, answered: Date.now(), data: data });
   }
   return response;
 };

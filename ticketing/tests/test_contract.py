@@ -151,6 +151,11 @@ class Call:
     extra: dict[str, str] = field(default_factory=dict)
 
 
+# What differs between two joins' answers (a new place each), first poll included.
+JOINED = frozenset({"token", "joinedAt", "rank", "totalWaiting", "ahead", "nextPollMs"})
+KEPT = frozenset({"nextPollMs"})  # a rejoin that kept its place: its first poll's jitter
+
+
 def json_call(method: str, path: str, payload: object, **extra: str) -> Call:
     return Call(method, path, json.dumps(payload).encode(), "application/json", extra)
 
@@ -190,6 +195,10 @@ SHAPES: dict[str, Callable[[object], bool]] = {
     "reservationId": _is_uuid,
     "joinedAt": lambda value: _is_count(value) and value > 0,
     "nextPollMs": _is_count,
+    # A join's first poll: the other lane's join stood ahead of it (no rank in a pre-queue).
+    "rank": lambda value: value is None or (_is_count(value) and value > 0),
+    "totalWaiting": _is_count,
+    "ahead": lambda value: value is None or _is_count(value),
     "receipt": lambda value: _is_hex(value, 16),
     "timestamp": lambda value: _is_count(value) and value > 0,
     # A proof-of-work challenge's random and time-bound parts (queue_app/proof.py).
@@ -397,7 +406,7 @@ def test_join_answers_the_same_on_both_lanes(lanes, make_event, settings, body) 
     else:
         payload = {k: event.event_id if v == "<event>" else v for k, v in body.items()}
         call = json_call("POST", "/api/queue/join", payload)
-    status, body = on_both_lanes(lanes, lambda: call, varying=frozenset({"token", "joinedAt"}))
+    status, body = on_both_lanes(lanes, lambda: call, varying=JOINED)
     assert status == 200
     data = body["data"]
     assert data["eventId"] == event.event_id
@@ -427,9 +436,9 @@ def _rejoin_unknown(event) -> Callable[[], Call]:
 @pytest.mark.parametrize(
     ("situation", "varying", "expected"),
     [
-        (_rejoin_waiting, frozenset(), {"rejoined": True, "status": "WAITING", "joinedAt": None}),
-        (_rejoin_active, frozenset(), {"rejoined": True, "status": "ACTIVE", "joinedAt": None}),
-        (_rejoin_unknown, frozenset({"token", "joinedAt"}), {"rejoined": False, "status": "WAITING"}),
+        (_rejoin_waiting, KEPT, {"rejoined": True, "status": "WAITING", "joinedAt": None}),
+        (_rejoin_active, KEPT, {"rejoined": True, "status": "ACTIVE", "joinedAt": None}),
+        (_rejoin_unknown, JOINED, {"rejoined": False, "status": "WAITING"}),
     ],
     ids=["waiting-keeps-its-place", "active-keeps-its-window", "unknown-goes-to-the-back"],
 )
@@ -557,7 +566,7 @@ def test_a_scheduled_start_answers_the_same_on_both_lanes(lanes, make_event, sna
     assert snapshot(event.event_id) == before
     if state == "PRE_QUEUE":
         join = json_call("POST", "/api/queue/join", {"eventId": event.event_id})
-        status, body = on_both_lanes(lanes, lambda: join, varying=frozenset({"token", "joinedAt", "receipt"}))
+        status, body = on_both_lanes(lanes, lambda: join, varying=JOINED | {"receipt"})
         assert status == 200 and body["data"]["receipt"]
     # The draw's own endpoints are Django's lane on the server, and documented.
     for path in (f"/api/queue/draw?eventId={event.event_id}&receipt={data['receipt']}",):
@@ -804,8 +813,8 @@ def test_a_challenge_answers_the_same_on_both_lanes(lanes, make_event, difficult
 
 # The fast routes, and what varies between two of their answers.
 FAST_ROUTES = {
-    "/api/queue/join": frozenset({"token", "joinedAt"}),
-    "/api/queue/rejoin": frozenset(),
+    "/api/queue/join": JOINED,
+    "/api/queue/rejoin": KEPT,
     "/api/queue/leave": frozenset(),
     "/api/status/poll": frozenset({"nextPollMs"}),
     "/api/queue/challenge": CHALLENGE_PARTS,
@@ -947,9 +956,7 @@ def test_a_declared_charset_is_read_the_same_on_both_lanes(lanes, event, charset
     answers = [send(lane, call) for lane in lanes]
     for answer in answers:
         assert_documented(call, answer)
-    assert_same_answer(
-        *answers, varying=frozenset({"token", "joinedAt"} if answers[0].status_code == 200 else ())
-    )
+    assert_same_answer(*answers, varying=JOINED if answers[0].status_code == 200 else frozenset())
 
 
 # --- The schema's examples, sent as they are ----------------------------------------------

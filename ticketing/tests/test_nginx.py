@@ -3,6 +3,7 @@ nginx refuses itself (a body over its limit, a request it cannot read, one too s
 to arrive) reaches the client in the app's JSON envelope, as the app answers them."""
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -14,6 +15,8 @@ import pytest
 import requests
 from django.conf import settings
 
+from queue_app import notify
+from queue_app.views import token_cookie as token_cookie_of
 from testsupport import require
 from ticketing.servers import free_port
 
@@ -30,10 +33,14 @@ def _config(app: str, port: int, tmp: Path) -> str:
         ("access_log /dev/stdout;", "access_log off;"),
         ("error_log /dev/stderr warn;", f"error_log {tmp / 'error.log'} warn;"),
         ("client_body_timeout 10s;", "client_body_timeout 1s;"),
+        ("proxy_cache_path /var/cache/nginx/pages ", f"proxy_cache_path {tmp / 'pages'} "),
     ):
         assert text.count(old) == 1, old  # the deployed file still says it
         text = text.replace(old, new)
-    return f"pid {tmp / 'nginx.pid'};\n" + text
+    # Started by root, its workers would run as nobody, who may not enter the test's
+    # directory to keep the page cache there.
+    user = "user root;\n" if os.geteuid() == 0 else ""
+    return f"{user}pid {tmp / 'nginx.pid'};\n" + text
 
 
 @pytest.fixture
@@ -137,3 +144,42 @@ def test_a_body_that_stops_coming_is_cut_and_never_reaches_the_app(nginx) -> Non
         b'Content-Length: 100\r\n\r\n{"token":',
     )
     assert answer == b"" and time.monotonic() - started < 9  # closed at its deadline, not ours
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_waiting_room_page_is_rendered_once_per_language_and_served_from_the_cache(
+    nginx, make_event
+) -> None:
+    """2,000,000 arrivals cost no render each: the page of an event is asked of the app
+    once per language (nginx keeps it for the app's max-age), whatever cookie a
+    returning person's token left; a signed-in person's page is never kept, nor one
+    that carries a place (a mail's link). (That the app marks a signed-in person's
+    page private: queue_app/tests/test_pages.py.)"""
+    event = make_event()
+    url = f"http://{nginx}/events/{event.event_id}/"
+
+    def get(**headers: str) -> requests.Response:
+        answer = requests.get(url, headers=headers, timeout=10)
+        assert answer.status_code == 200, answer.text
+        return answer
+
+    first = get(**{"Accept-Language": "ko-KR,ko;q=0.9"})
+    assert first.headers["X-Cache"] == "MISS" and '<html lang="ko">' in first.text
+    token_cookie = f"{token_cookie_of(event.event_id)}=00000000-0000-8000-8000-000000000000"
+    for headers in ({"Accept-Language": "ko"}, {"Accept-Language": "ko", "Cookie": token_cookie}, {}):
+        if not headers:
+            headers = {"Cookie": "django_language=ko"}
+        again = get(**headers)
+        assert (again.headers["X-Cache"], again.content) == ("HIT", first.content), headers
+    english = get(**{"Accept-Language": "en-GB,en;q=0.8"})
+    assert english.headers["X-Cache"] == "MISS" and '<html lang="en">' in english.text
+    assert get(**{"Accept-Language": "de"}).headers["X-Cache"] == "HIT"  # English, as the app says
+    assert get(**{"Accept-Language": "ko", "Cookie": "django_language=en"}).content == english.content
+
+    for _ in range(2):  # a signed-in person's page is theirs: asked each time
+        assert get(Cookie=f"{settings.SESSION_COOKIE_NAME}=any").headers["X-Cache"] == "BYPASS"
+    token = requests.post(f"http://{nginx}/api/queue/join", json={"eventId": event.event_id}, timeout=10)
+    signed = notify.link_token(event.event_id, token.json()["data"]["token"])
+    for _ in range(2):  # a mail's link carries a place: for that browser only
+        linked = requests.get(url, params={notify.LINK_PARAMETER: signed}, timeout=10)
+        assert linked.headers["X-Cache"] == "MISS" and "no-store" in linked.headers["Cache-Control"]
