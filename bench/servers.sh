@@ -63,9 +63,10 @@ for r in $(seq "$ROUNDS"); do
 done
 # Redis commands per 1,000 joins on the production server (sent by the process, and
 # run by its scripts), as for polls (docs/benchmarks.md): INFO commandstats around
-# one more join run.
+# one more join run (no warm-up: its joins would be counted in Redis, not by wrk).
 redis-cli -p $RP config resetstat >/dev/null
-run "commands-gunicorn-join" "http://$H:8111/api/queue/join" "$PEERS/wrk/join.lua"
+wrk -t2 -c"$CONNS" -d"$DURATION" -s "$PEERS/wrk/join.lua" "http://$H:8111/api/queue/join" \
+  > "$WORK/wrk-commands-gunicorn-join.txt" 2>&1
 redis-cli -p $RP info commandstats > "$WORK/commandstats.txt"
 python3 - "$WORK/commandstats.txt" "$WORK/wrk-commands-gunicorn-join.txt" <<'PY'
 import re, sys
@@ -79,8 +80,6 @@ python3 - "$WORK/results.txt" <<'PY'
 import collections, re, statistics, sys
 runs = collections.defaultdict(list)
 for line in open(sys.argv[1]):
-    if line.startswith("commands-"):
-        continue
     label, rest = line.split(" ", 1)
     m = dict(re.findall(r"(\w+)=([\d.]+)", rest))
     runs[label.split("-", 1)[1]].append((float(m["rps"]), float(m["p99_ms"]), int(m["non2xx"])))
