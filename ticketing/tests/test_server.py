@@ -33,6 +33,7 @@ from django.http import HttpResponse
 from django.test import Client
 
 import ticketing.asgi  # noqa: F401 (its django.setup() reconfigures logging: at import, not under caplog)
+from queue_app import services
 from testsupport.clients import LaneClient
 from testsupport.servers import start_gunicorn, stop_gunicorn
 from ticketing import store
@@ -108,7 +109,9 @@ def test_a_bug_on_the_production_lane_is_logged_and_answered_with_the_enveloped_
     logged_server, event
 ) -> None:
     base, _, log = logged_server(NO_LIMITS)
-    token = _join(base, event.event_id)
+    # Joined here: a join on the server would read the server's copy of the line for its
+    # first poll, which would then answer this poll from before the break.
+    token = services.queue_join(event_id=event.event_id).token
     _break_the_admission_rate(event.event_id)
     path = f"/api/status/poll?token={token}&eventId={event.event_id}"
 
