@@ -60,6 +60,10 @@ def _test_settings(settings) -> Iterator[None]:
     # Each poll refreshes its process's copy of the line first, so that a test sees
     # what it just did; queue_app/tests/test_line.py tests the copy's staleness.
     settings.QUEUE_LINE_REFRESH_MS = 0
+    # Each join takes its own number (lua/join.lua), so that a test's joins are in
+    # Redis as it makes them; queue_app/tests/test_arrivals.py tests the blocks a
+    # web process takes them in (queue_app/arrivals.py).
+    settings.QUEUE_BLOCK_MS = 0
     # Pages render without `collectstatic` having run (production keeps the manifest).
     settings.STORAGES = {
         **settings.STORAGES,

@@ -16,9 +16,11 @@ The two facts that shape the answer:
 * a waiting person's poll is answered from the web process's copy of the line
   (docs/line.md), so polls cost web CPU and network but almost no Redis: Redis sees
   each process's refresh of each event's copy, 5 a second, whatever the poll rate;
-* every key of one event shares one hash slot, so one event's joins, first polls,
-  polls at the head, leaves and bookings all land on one Redis node. A cluster
-  spreads events over nodes, never one event: the event's node is the limit.
+* every key of one event shares one hash slot, so one event's joins, polls at the
+  head, leaves and bookings all land on one Redis node. A cluster spreads events over
+  nodes, never one event. A join costs that node only its share of its process's
+  block of arrival numbers (docs/line.md), and answers its own first poll, so the
+  node seats arrivals as fast as the web tier brings them.
 """
 
 import argparse
@@ -388,12 +390,14 @@ class Crowd:
         # Admitted people poll every 2 s until they book (or their window ends).
         in_window = self.book_fraction * self.think_s + (1 - self.book_fraction) * self.active_window_s
         head = self.admit_per_s * in_window / self.polls_active_s
-        first = self.arrivals_per_s  # a join's first poll: a number the copies have not read
+        # A join's answer is its place's first poll (from the process's copy of the
+        # line): the arrivals' first polls are in the joins, not in the polls.
+        first = self.arrivals_per_s
         return {
             "page": self.arrivals_per_s * self.page_loads_per_arrival,
             "join": self.arrivals_per_s,
             "poll_wait": max(0.0, polls - head - first),
-            "poll_redis": head + first,
+            "poll_redis": head,
             "leave": self.leaves_per_s,
             "book": self.admit_per_s * self.book_fraction,
         }
@@ -484,10 +488,11 @@ def plan(crowd: Crowd, units: Units, target: float = 0.65) -> Plan:
     procs = max(1, math.ceil(load(rates, units, 1, crowd.events).web_cores / target))
     found = load(rates, units, procs, crowd.events)
     node = load(replace(crowd, events=1).rates(), units, procs, 1).redis_cores
-    # A join's Redis cost: the join script, and its first poll (Redis answers it).
-    per_join = (units.join.redis_us + units.poll_redis.redis_us) / 1e6
+    # A join's Redis cost: its share of its process's block of numbers (lua/block.lua),
+    # its first poll answered with it from the process's copy of the line.
+    per_join = units.join.redis_us / 1e6
     seats = target / per_join if per_join else math.inf  # the node doing nothing else
-    inside = (units.join.redis_inside_us + units.poll_redis.redis_inside_us) / 1e6
+    inside = units.join.redis_inside_us / 1e6
     return Plan(
         joins_per_s_inside_only=target / inside if inside else math.nan,
         refresh_cores=procs * units.refresh_redis_us_per_proc_s / 1e6,

@@ -33,6 +33,8 @@
 -- KEY claims      HASH    per admission log entry (`to`), the time its people must come
 --                         back by; ':' and how many did not, once counted
 -- KEY claimed     STRING  bitmap of the admitted places that came back
+-- KEY blocks      ZSET    the blocks of arrival numbers out (lua/block.lua): "first:last:until"
+--                         scored by first
 -- KEY lane_seq    STRING  the priority lane's `seq`; and its other keys of a line, as the
 -- KEY lane_popped STRING  general line's of the same name (without lane_) are
 -- KEY lane_left   STRING
@@ -42,6 +44,8 @@
 -- KEY lane_claims HASH
 -- KEY lane_claimed STRING
 -- ARG lead        how long before a scheduled start its draw is due (ms)
+-- ARG lost_claim_ms  how long the people of a lost block have to come back (ms), on an
+--                 event without a claim time of its own
 --
 -- A claim time (meta claimSeconds > 0; docs/modes.md): the people a tick admits
 -- must come back within it (lua/lib/line.lua: claim_of). Once an entry's claim
@@ -57,6 +61,15 @@
 -- lines' admissions count against the one
 -- active cap; each line keeps its own admission log, claims and observed rate
 -- (admitRate: the general line's, laneRate: the lane's).
+--
+-- Nobody is admitted from a block of arrival numbers still out on (lua/block.lua):
+-- its web process may not have handed them all out yet, and a number admitted before
+-- its person came would be a slot given to nobody. A block past its time was never
+-- given back (its process was killed): a lost block. Its numbers are admitted in
+-- their turn, in an admission log entry of their own whose people must come back
+-- within a claim time (`lost_claim_ms`, or the event's own claim time), as on an
+-- event with a claim time: those who hold a token come back and keep their turn, and
+-- the slots of the numbers nobody was handed go to the next people once it is over.
 --
 -- An event with a scheduled start admits nobody until its pre-queue is drawn (meta
 -- draw = PENDING): NOT_OPEN, then DRAW_DUE from `lead` ms before the start on,
@@ -118,7 +131,23 @@ for _, L in ipairs(lines) do
 end
 redis.call('LLEN', admit_log)
 
+-- The first block of arrival numbers still out, and the lost ones before it.
+local BLOCKS_READ = 100
+local out = redis.call('ZRANGE', blocks, 0, BLOCKS_READ - 1)
+general.admittable, general.lost, priority.lost = general.arrived, {}, {}
+for i, block in ipairs(out) do
+  local first, last, ends = block:match('^(%d+):(%d+):(%d+)$')
+  if not first then error(blocks .. ' holds a block that is not first:last:until') end
+  if tonumber(ends) > now or i == BLOCKS_READ then
+    general.admittable = math.min(general.arrived, tonumber(first) - 1)
+    break
+  end
+  general.lost[#general.lost + 1] = {member = block, first = tonumber(first), last = tonumber(last)}
+end
+priority.admittable = priority.arrived
+
 local claim_ms = number(fields[9] or 0, 'claimSeconds') * 1000
+number(lost_claim_ms, 'lost_claim_ms')
 local share = number(fields[10] or 0, 'priorityShare')  -- percent
 local carry = number(fields[12] or 0, 'laneCarry')  -- hundredths of a person
 
@@ -185,11 +214,11 @@ else
   end
 end
 
--- Who is admitted from a line: the first `want` places after its head whose bit in
--- `left` is clear, up to `arrived`. Holes (set bits) are passed; L.last is the last
--- place passed.
-local function take(L, want)
-  local admitted, passed_holes, last, arrived = 0, 0, L.head, L.arrived
+-- Who is admitted from a line: the first `want` places after `last` whose bit in
+-- `left` is clear, up to `arrived`. Holes (set bits) are passed. Returns how many
+-- were admitted, how many holes passed, and the last place passed.
+local function scan(L, want, last, arrived)
+  local admitted, passed_holes = 0, 0
   while admitted < want and last < arrived do
     local first_byte = math.floor((last + 1) / 8)
     local bytes = redis.call('GETRANGE', L.left, first_byte, first_byte + CHUNK - 1)
@@ -220,6 +249,31 @@ local function take(L, want)
       if admitted == want or last >= arrived then break end
     end
   end
+  return admitted, passed_holes, last
+end
+
+-- Who is admitted from a line, up to L.admittable: its admission log entries
+-- (L.entries), one for each stretch that is, or is not, of a lost block (L.lost), so
+-- that only a lost block's places get its claim time. L.last is the last place passed.
+local function take(L, want)
+  local admitted, passed_holes, last = 0, 0, L.head
+  L.entries = {}
+  while admitted < want and last < L.admittable do
+    local upto, lost_block = L.admittable, false
+    for _, b in ipairs(L.lost) do
+      if b.last > last then
+        if b.first <= last + 1 then upto, lost_block = math.min(b.last, upto), true
+        else upto = math.min(b.first - 1, upto) end
+        break
+      end
+    end
+    local got, passed, reached = scan(L, want - admitted, last, upto)
+    if got > 0 then
+      L.entries[#L.entries + 1] = {from = last + 1, to = reached, admitted = got, lost = lost_block}
+    end
+    admitted, passed_holes, last = admitted + got, passed_holes + passed, reached
+    if reached < upto then break end
+  end
   L.admitted, L.passed_holes, L.last = admitted, passed_holes, last
   return admitted
 end
@@ -248,6 +302,12 @@ end
 
 -- 2. Write. Every key below was read above, so none of these can fail.
 redis.call('SET', tick, second)
+-- A lost block the head has passed is done with.
+for _, b in ipairs(general.lost) do
+  if outcome == 'ADMITTED' and b.last <= general.last or b.last <= general.head then
+    redis.call('ZREM', blocks, b.member)
+  end
+end
 local admitted = 0
 for _, L in ipairs(lines) do
   for _, entry in ipairs(L.passed) do
@@ -258,10 +318,12 @@ for _, L in ipairs(lines) do
   for _, count in ipairs(L.counted) do redis.call('HSET', L.claims, count[1], count[2]) end
   if L.upto ~= L.was_upto then redis.call('HSET', L.claims, 'upto', L.upto) end
   if outcome == 'ADMITTED' and (L.arrived > 0 or L == general) then
-    if L.admitted > 0 then
-      local ends = now + window_ms
-      local claim_by = claim_ms > 0 and now + claim_ms or nil
-      log_admission(L.windows, L.claims, L.last, L.head + 1, ends, L.admitted, claim_by)
+    local ends = now + window_ms
+    local claim_by = claim_ms > 0 and now + claim_ms or nil
+    for _, e in ipairs(L.entries) do
+      local by = claim_by
+      if e.lost then by = claim_by or now + tonumber(lost_claim_ms) end
+      log_admission(L.windows, L.claims, e.to, e.from, ends, e.admitted, by)
     end
     redis.call('SET', L.popped, L.last)
     redis.call('SET', L.holes, L.hole_count - L.passed_holes)

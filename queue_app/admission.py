@@ -6,13 +6,13 @@ from dataclasses import dataclass
 
 from redis.exceptions import NoScriptError
 
-from queue_app import draw, live
+from queue_app import arrivals, draw, live
 from ticketing import metrics, store
 from ticketing.errors import REDIS_ERRORS
 
 log = logging.getLogger(__name__)
 
-_ADMIT = store.Caller("admit", passes="lead")
+_ADMIT = store.Caller("admit", passes="lead lost_claim_ms")
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,7 +29,7 @@ if store.script("admit").reply != tuple(Tick.__dataclass_fields__)[1:]:
 
 
 def _admit_call(event_id: str) -> store.Call:
-    return _ADMIT.call(store.EventKeys(event_id), lead=draw.LEAD_MS)
+    return _ADMIT.call(store.EventKeys(event_id), lead=draw.LEAD_MS, lost_claim_ms=arrivals.LOST_CLAIM_MS)
 
 
 def _tick(event_id: str, reply: list) -> Tick:

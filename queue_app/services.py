@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import DatabaseError, close_old_connections
 from django.utils.module_loading import import_string
 
-from queue_app import cadence, draw, line, presale, tokens
+from queue_app import arrivals, cadence, draw, line, presale, tokens
 from queue_app import proof as queue_proof
 from queue_app.models import EVENT_ID_RE
 from queue_app.tokens import Token, issued, issued_place, parse_token
@@ -254,7 +254,24 @@ def _presale_pass_then_close(event_id: str, client: Client) -> str:
 _apresale_pass = sync_to_async(_presale_pass_then_close, thread_sensitive=True)
 
 
+def _from_block(event_id: str, issued: arrivals.Issued, token: Token, reply: line.PollReply) -> Joined:
+    """A new place of a plain event, its number from this process's block
+    (queue_app/arrivals.py), with its first poll: the copy's answer, or Redis' when the
+    copy cannot give one (a closed event, a line rebuilt meanwhile)."""
+    return Joined(token.text, event_id, issued.joined_at, position=_position(event_id, token, reply))
+
+
+def _blocks(token: Token | None, proof: str | None) -> bool:
+    """Whether a join may take its number from a block: a new person who sent no
+    proof of work (one sent is checked by the join script, whatever the event)."""
+    return token is None and proof is None and settings.QUEUE_BLOCK_MS > 0
+
+
 def _join(event_id: str, token: Token | None, proof: str | None, client: Client, code: str | None) -> Joined:
+    if _blocks(token, proof) and (issued := arrivals.issue(event_id)) is not None:
+        new = Token.of(issued.token)
+        found = line.current(event_id, issued.number).answer(new.raw, issued.number, fresh=True)
+        return _from_block(event_id, issued, new, found or store.run(_poll_call(event_id, new)))
     call, unverified = _join_call(event_id, token, proof, client, code)
     reply = store.run(call)
     if reply[0] == b"LANE":
@@ -276,6 +293,10 @@ def _join(event_id: str, token: Token | None, proof: str | None, client: Client,
 async def _ajoin(
     event_id: str, token: Token | None, proof: str | None, client: Client, code: str | None
 ) -> Joined:
+    if _blocks(token, proof) and (issued := await arrivals.aissue(event_id)) is not None:
+        new = Token.of(issued.token)
+        found = (await line.acurrent(event_id, issued.number)).answer(new.raw, issued.number, fresh=True)
+        return _from_block(event_id, issued, new, found or await store.arun(_poll_call(event_id, new)))
     call, unverified = _join_call(event_id, token, proof, client, code)
     reply = await store.arun(call)
     if reply[0] == b"LANE":

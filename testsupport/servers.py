@@ -63,6 +63,9 @@ def start_gunicorn(
                 "RATE_LIMIT_BOOKING": "0",
                 "RATE_LIMIT_BOOKING_TOKEN": "0",
                 "RATE_LIMIT_CHALLENGE": "0",
+                # A number per join, as every test's own process (conftest.py); a test
+                # of the blocks (queue_app/tests/test_arrivals.py) names its block time.
+                "QUEUE_BLOCK_MS": "0",
                 **env,
             },
             cwd=settings.BASE_DIR,
@@ -100,6 +103,7 @@ def server_env(**overrides: str) -> dict[str, str]:
         "RATE_LIMIT_SIGN_UP": "0",
         "RATE_LIMIT_NOTIFY": "0",
         "QUEUE_LINE_REFRESH_MS": "0",
+        "QUEUE_BLOCK_MS": "0",
         **overrides,
     }
 

@@ -88,6 +88,7 @@ class EventKeys:
         "event_id",
         "meta",
         *LINE_KEY_NAMES,
+        "blocks",
         "active",
         "seats",
         "sections",
@@ -132,6 +133,9 @@ class EventKeys:
         self.leftpre = key(event_id, "queue", "leftpre")
         self.leftlog = key(event_id, "queue", "leftlog")
         self.holes = key(event_id, "queue", "holes")
+        # The blocks of arrival numbers the web processes hold (lua/block.lua): the
+        # tick admits nobody from an open one on.
+        self.blocks = key(event_id, "queue", "blocks")
         # The admission log: which places each tick admitted and when their window
         # ends; bookings made per window; and how many people are active now.
         self.windows = key(event_id, "admit", "windows")

@@ -17,7 +17,7 @@ from django.utils import timezone
 from booking_app import checkout, reconcile
 from booking_app import services as booking
 from booking_app.models import Reservation
-from queue_app import admission, draw, events, presale, seating, support, tokens
+from queue_app import admission, arrivals, draw, events, presale, seating, support, tokens
 from queue_app.models import Event
 from ticketing import servers, store
 
@@ -99,6 +99,7 @@ def redis62(tmp_path_factory):
 # Each script, exercised by the scenario below; a new script must join it.
 SCENARIO_SCRIPTS = {
     "held_note",
+    "block",
     "join",
     "poll",
     "leave",
@@ -181,6 +182,19 @@ def test_every_script_runs_on_each_redis_version(request, make_event, api, serve
         event.total_seats = 12
         assert events.event_publish(event) == 12
         events.event_wipe(event.event_id)
+        # Arrival numbers in blocks (block): two blocks taken, one of another process,
+        # this process's given back behind it as holes; the tick passes the other's
+        # once its time is over.
+        with override_settings(QUEUE_BLOCK_MS=10_000):
+            blocked = make_event()
+            first = [api.token(blocked.event_id) for _ in range(2)]  # blocks [1] and [2..9]
+            k = store.EventKeys(blocked.event_id)
+            other = arrivals._BLOCK.call(k, count=1, random=b"\0\0", open_ms=1, back=b"", used=0)
+            assert store.run(other)[1] == 10
+            arrivals.give_back()  # 3..9: holes
+            assert api.poll(first[1], blocked.event_id)[1]["data"]["totalWaiting"] == 3
+            assert admission.event_admit(blocked.event_id).admitted == 3
+            events.event_wipe(blocked.event_id)
         # A seat map, put in Redis with its event (seats_publish); seats held by id,
         # then picked side by side.
         mapped = make_event(total_seats=6, admit_per_second=2)
@@ -240,6 +254,7 @@ def test_keys_of_an_event_share_one_cluster_slot():
         k.leftpre,
         k.leftlog,
         k.holes,
+        k.blocks,
         k.windows,
         k.per_window,
         k.active,
