@@ -11,7 +11,7 @@ and the microseconds it spent on them. That last figure is the hot node's load p
 arrival, the unit of docs/scaling.md's capacity model.
 
     .venv/bin/python -m bench.join_commands [--duration 5s] [--workers 2] [--conns 64]
-                                             [--block-ms 50] [--runs 3]
+                                             [--block-ms 50] [--runs 3] [--rate-limit 0]
 """
 
 import argparse
@@ -61,6 +61,9 @@ def main() -> None:
     parser.add_argument("--conns", type=int, default=64)
     parser.add_argument("--block-ms", type=int, default=50, help="QUEUE_BLOCK_MS (0: a number per join)")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--rate-limit", type=int, default=0, help="RATE_LIMIT_JOIN (0: off; wrk joins from one address)"
+    )
     args = parser.parse_args()
 
     workdir = Path(tempfile.mkdtemp(prefix="join-commands-"))
@@ -70,7 +73,8 @@ def main() -> None:
         stack.manage("init_event", EVENT, "--seats", "100", "--batch", "0", "--ttl", "600")
         port = servers.free_port()
         env = {**stack.env, "EVENT_ID": EVENT, "WEB_CONCURRENCY": str(args.workers),
-               "QUEUE_BLOCK_MS": str(args.block_ms), "HOST": "127.0.0.1", "PORT": str(port)}  # fmt: skip
+               "QUEUE_BLOCK_MS": str(args.block_ms),
+               "RATE_LIMIT_JOIN": str(args.rate_limit), "HOST": "127.0.0.1", "PORT": str(port)}  # fmt: skip
         url = f"http://127.0.0.1:{port}"
         stack.start_gunicorn("app", procfile_web(stack.app_dir), env, f"{url}/health")
         r = redis.Redis.from_url(stack.redis_url)
@@ -106,6 +110,7 @@ def main() -> None:
                 {
                     "workers": args.workers,
                     "block_ms": args.block_ms,
+                    "rate_limit_join": args.rate_limit,
                     "median_commands_per_10000_joins": statistics.median(
                         x["commands_per_10000_joins"] for x in results
                     ),
