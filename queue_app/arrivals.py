@@ -16,7 +16,8 @@ it handed out in T, grown at most GROWTH times a block while a block runs out
 early, and never more than MOST numbers.
 
 What a block leaves behind: the process gives it back once its time is over (with
-its next block, or from a thread of its own when no join comes), saying how many
+its next block, from a thread of its own when no join comes, or as its worker shuts
+down), saying how many
 numbers it handed out; Redis makes the rest holes, which ranks and the tick pass as
 they pass leavers. A process killed with a block out never gives it back: the tick
 waits for it for OPEN_GRACE_MS past its time, then admits its numbers in their turn,
@@ -330,5 +331,12 @@ def _forget_in_child() -> None:
     _wake.clear()
 
 
+async def _give_back_at_close() -> None:
+    await asyncio.to_thread(give_back)
+
+
 os.register_at_fork(after_in_child=_forget_in_child)
+# A worker that ends (a restart, a deploy) gives its blocks back, so that the tick need
+# not wait out their time: at the ASGI worker's shutdown, and at any process's exit.
+store.on_close(_give_back_at_close)
 atexit.register(give_back)

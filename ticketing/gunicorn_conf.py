@@ -26,14 +26,6 @@ accesslog = os.environ.get("ACCESS_LOG") or None
 control_socket_disable = True
 
 
-def worker_exit(server: object, worker: object) -> None:
-    """A worker that ends (a restart, a deploy) gives back its blocks of arrival
-    numbers (queue_app/arrivals.py), so that the tick need not wait out their time."""
-    from queue_app import arrivals
-
-    arrivals.give_back()
-
-
 class _Coalesced:
     """A connection's transport whose writes of one event-loop turn leave together.
 

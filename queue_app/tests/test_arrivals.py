@@ -296,3 +296,23 @@ def test_a_process_killed_holding_a_half_used_block(make_event, rc, monkeypatch)
     # The numbers nobody held (and the last joiner, who did not come back) free their slots.
     assert admit(event.event_id).active == len(held)
     assert statuses() == ["ACTIVE"] * len(held)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_that_shuts_down_gives_its_block_back(make_event, rc):
+    """A graceful stop (a restart, a deploy: SIGTERM) gives the worker's block back as
+    it ends, so that the tick need not wait out its time: the numbers nobody took are
+    not issued."""
+    from ticketing import servers
+
+    event = make_event()
+    k = store.event_keys(event.event_id)
+    base, proc = start_gunicorn(server_env(QUEUE_BLOCK_MS="60000"), workers=1)
+    try:
+        with requests.Session() as s:
+            for _ in range(3):
+                assert s.post(f"{base}/api/queue/join", json={"eventId": event.event_id}).status_code == 200
+        assert rc.zcard(k.blocks) == 1 and int(rc.get(k.seq)) > 3
+    finally:
+        servers.stop_group(proc, grace=10)
+    assert rc.zcard(k.blocks) == 0 and int(rc.get(k.seq)) == 3

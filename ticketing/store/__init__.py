@@ -12,6 +12,7 @@ from ticketing.store.clients import (
     delete_matching,
     event_pipeline,
     now_ms,
+    on_close,
     scan,
 )
 from ticketing.store.keys import (
@@ -48,6 +49,7 @@ __all__ = [
     "EventKeys",
     "ScriptError",
     "aclose",
+    "on_close",
     "acount_refusal",
     "arun",
     "batcher",

@@ -11,7 +11,8 @@ Callers never ask which kind of Redis they have.
 
 import asyncio
 import inspect
-from collections.abc import Awaitable, Iterator
+import logging
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -26,6 +27,8 @@ from django_redis import get_redis_connection
 from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
 
 from ticketing.store.keys import event_keys
+
+log = logging.getLogger(__name__)
 
 _client: redis.Redis | redis.cluster.RedisCluster | None = None
 
@@ -258,8 +261,24 @@ def batcher() -> Batcher | ClusterBatcher:
     return found
 
 
+# What must reach Redis before a worker ends (queue_app/arrivals.py gives back its
+# blocks of arrival numbers), run by `aclose` in the order registered.
+_on_close: list[Callable[[], Awaitable[None]]] = []
+
+
+def on_close(callback: Callable[[], Awaitable[None]]) -> None:
+    """Have `callback` run when an ASGI worker shuts down, before its client closes."""
+    _on_close.append(callback)
+
+
 async def aclose() -> None:
-    """Close the running loop's asyncio client (an ASGI worker shutting down)."""
+    """Close the running loop's asyncio client (an ASGI worker shutting down), after the
+    callbacks `on_close` registered (a failing one is logged, and the others run)."""
+    for callback in _on_close:
+        try:
+            await callback()
+        except Exception:
+            log.exception("a callback before the Redis client's close failed")
     found = _batchers.pop(asyncio.get_running_loop(), None)
     if found is not None:
         await found.aclose()
