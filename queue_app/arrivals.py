@@ -9,17 +9,16 @@ random bytes the block wrote to Redis with its numbers.
 
 The order this keeps (docs/line.md): a process hands a block out for at most
 QUEUE_BLOCK_MS (T) from the moment it asked for it, and blocks are issued in the
-order Redis took them. So two people whose joins were answered more than T apart
-are in arrival order, whichever processes answered them; within T, two processes'
-people may be in either order. A block's size follows the process's arrivals: what
+order Redis took them. So of two people, one whose join was sent more than T after
+the other's was answered is behind, whichever processes answered them; within T, two
+processes' people may be in either order. A block's size follows the process's arrivals: what
 it handed out in T, grown at most GROWTH times a block while a block runs out
 early, and never more than MOST numbers.
 
 What a block leaves behind: the process gives it back once its time is over (with
 its next block, from a thread of its own when no join comes, or as its worker shuts
-down), saying how many
-numbers it handed out; Redis makes the rest holes, which ranks and the tick pass as
-they pass leavers. A process killed with a block out never gives it back: the tick
+down), saying how many numbers it handed out; Redis makes the rest holes, which
+ranks and the tick pass as they pass leavers. A process killed with a block out never gives it back: the tick
 waits for it for OPEN_GRACE_MS past its time, then admits its numbers in their turn,
 with LOST_CLAIM_MS to come back: its holders keep their turn, and the slots of the
 numbers nobody held go to the next people (lua/admit.lua).

@@ -117,9 +117,9 @@ if QUEUE_TOKEN_KEY_PREVIOUS and QUEUE_TOKEN_KEY_PREVIOUS_UNTIL is None:
 # How old each web process's copy of a line's counters may get before a poll
 # refreshes it (queue_app/line.py): the most a waiting person's rank lags behind.
 QUEUE_LINE_REFRESH_MS = env.int("QUEUE_LINE_REFRESH_MS", default=200)
-# The most a block of arrival numbers is handed out for (queue_app/arrivals.py): two
-# people whose joins were answered further apart than this are always in arrival
-# order, whichever web process answered them. 0: every join takes its own number.
+# The most a block of arrival numbers is handed out for (queue_app/arrivals.py): a
+# join sent more than this after another was answered is always behind it, whichever
+# web process answered them. 0: every join takes its own number.
 QUEUE_BLOCK_MS = env.int("QUEUE_BLOCK_MS", default=50)
 # How long browsers and the proxy (deploy/nginx.conf) may keep a waiting room's page,
 # the same for everyone not signed in: an arrival then costs no render. What changes
