@@ -100,10 +100,20 @@ _wake = threading.Event()
 _reaper: list[int] = []  # the pid whose reaper thread runs
 
 
+# Events whose joins this process keeps a block for: bounded, since any event id a
+# client sends reaches here (an unknown one is answered by the join script).
+_MAX_EVENTS = 256
+
+
 def _event(event_id: str) -> _Event:
     found = _events.get(event_id)
     if found is None:
         with _events_lock:
+            if len(_events) >= _MAX_EVENTS:
+                for idle in [
+                    i for i, e in _events.items() if e.block is None and not e.back and not e.pending
+                ]:
+                    del _events[idle]
             found = _events.setdefault(event_id, _Event(event_id))
     return found
 

@@ -316,3 +316,13 @@ def test_a_worker_that_shuts_down_gives_its_block_back(make_event, rc):
     finally:
         servers.stop_group(proc, grace=10)
     assert rc.zcard(k.blocks) == 0 and int(rc.get(k.seq)) == 3
+
+
+def test_joins_for_unknown_events_do_not_grow_the_process(blocks, api):
+    """Any event id a client sends reaches the blocks' bookkeeping: an unknown one is
+    refused by the join script as before, and the process keeps no more than a few
+    hundred events' entries."""
+    for n in range(arrivals._MAX_EVENTS + 50):
+        status, body = api.join(f"nobody-{n}")
+        assert (status, body["error"]["code"]) == (404, "EVENT_NOT_FOUND")
+    assert len(arrivals._events) <= arrivals._MAX_EVENTS
