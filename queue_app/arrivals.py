@@ -171,11 +171,12 @@ def _call(e: _Event, random: bytes, back: tuple[bytes, int] | None) -> store.Cal
     )
 
 
-def _took(e: _Event, reply: list, random: bytes, asked: float) -> bool:
-    """Keep a block Redis gave (under e.lock); False when the event is not plain."""
+def _first_of(e: _Event, reply: list, random: bytes, asked: float) -> Issued | None:
+    """Keep the block Redis gave and hand its first number to the join that asked for
+    it (under e.lock); None when the event is not plain."""
     if reply[0] != b"BLOCK":
         e.one_at_a_time_until = time.monotonic() + settings.QUEUE_LINE_REFRESH_MS / 1000
-        return False
+        return None
     _, first, at_ms, gen, member = reply
     now = time.monotonic()
     if e.block is not None:  # another thread's or loop's take came first: both count
@@ -193,13 +194,35 @@ def _took(e: _Event, reply: list, random: bytes, asked: float) -> bool:
         next=first,
     )
     _start_reaper()
-    return True
+    return _hand_out(e, now, asked=True)
 
 
-def _next_take(e: _Event) -> tuple[store.Call, tuple[bytes, int] | None, bytes]:
-    """The take to send now (under e.lock), with a block to give back if one waits."""
-    back = e.back.pop(0) if e.back else None
-    random = _random(e.size)
+# What `_at_hand` answers when the join must take a new block.
+_TAKE = object()
+
+
+def _at_hand(e: _Event) -> Issued | None | object:
+    """The block's next number; None when the event's joins go one at a time; else
+    _TAKE."""
+    now = time.monotonic()
+    with e.lock:
+        if now < e.one_at_a_time_until:
+            return None
+        found = _hand_out(e, now)
+    return _TAKE if found is None else found
+
+
+def _next_take(e: _Event) -> Issued | tuple[store.Call, tuple[bytes, int] | None, bytes]:
+    """Once this join may take: a number after all (another take came first), or the
+    take to send, with a block to give back if one waits, and its random bytes."""
+    with e.lock:
+        now = time.monotonic()
+        found = _hand_out(e, now)
+        if found is not None:
+            return found
+        _retire(e, now)
+        back = e.back.pop(0) if e.back else None
+        random = _random(e.size)
     return _call(e, random, back), back, random
 
 
@@ -207,32 +230,22 @@ def issue(event_id: str) -> Issued | None:
     """A new person's number and token from this process's block of the event, taking
     a new block when it needs one; None when the event's joins go one at a time."""
     e = _event(event_id)
-    while True:
-        now = time.monotonic()
+    found = _at_hand(e)
+    if found is not _TAKE:
+        return found
+    with e.taking:  # one take at a time; the threads behind it hand out from its block
+        take = _next_take(e)
+        if isinstance(take, Issued):
+            return take
+        call, back, random = take
+        asked = time.monotonic()
+        try:
+            reply = store.run(call)
+        except BaseException:
+            _give_back_later(e, back)
+            raise
         with e.lock:
-            if now < e.one_at_a_time_until:
-                return None
-            found = _hand_out(e, now)
-            if found is not None:
-                return found
-        with e.taking:
-            now = time.monotonic()
-            with e.lock:
-                found = _hand_out(e, now)
-                if found is not None:
-                    return found
-                _retire(e, now)
-                call, back, random = _next_take(e)
-            asked = time.monotonic()
-            try:
-                reply = store.run(call)
-            except BaseException:
-                _give_back_later(e, back)
-                raise
-            with e.lock:
-                if not _took(e, reply, random, asked):
-                    return None
-                return _hand_out(e, time.monotonic(), asked=True)
+            return _first_of(e, reply, random, asked)
 
 
 async def aissue(event_id: str) -> Issued | None:
@@ -240,26 +253,17 @@ async def aissue(event_id: str) -> Issued | None:
     used up wait for one take."""
     e = _event(event_id)
     loop = asyncio.get_running_loop()
-    while True:
-        now = time.monotonic()
-        with e.lock:
-            if now < e.one_at_a_time_until:
-                return None
-            found = _hand_out(e, now)
-            if found is not None:
-                return found
+    while (found := _at_hand(e)) is _TAKE:
         pending = e.pending.get(loop)
         if pending is not None:
             await asyncio.shield(pending)
             continue
         pending = e.pending[loop] = loop.create_future()
         try:
-            with e.lock:
-                found = _hand_out(e, time.monotonic())
-                if found is not None:
-                    return found
-                _retire(e, time.monotonic())
-                call, back, random = _next_take(e)
+            take = _next_take(e)
+            if isinstance(take, Issued):
+                return take
+            call, back, random = take
             asked = time.monotonic()
             try:
                 reply = await store.arun(call)
@@ -267,12 +271,11 @@ async def aissue(event_id: str) -> Issued | None:
                 _give_back_later(e, back)
                 raise
             with e.lock:
-                if not _took(e, reply, random, asked):
-                    return None
-                return _hand_out(e, time.monotonic(), asked=True)
+                return _first_of(e, reply, random, asked)
         finally:
             del e.pending[loop]
             pending.set_result(None)
+    return found
 
 
 def _give_back_later(e: _Event, back: tuple[bytes, int] | None) -> None:
