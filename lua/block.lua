@@ -111,8 +111,7 @@ if punch then
   if #edges > 0 then redis.call('BITFIELD', left, unpack(edges)) end
   local log = {}
   for p = from, to do
-    log[#log + 1] = string.char(math.floor(p / 4294967296) % 256, math.floor(p / 16777216) % 256,
-      math.floor(p / 65536) % 256, math.floor(p / 256) % 256, p % 256)
+    log[#log + 1] = log_entry(p)
   end
   redis.call('APPEND', leftlog, table.concat(log))
   redis.call('INCRBY', holes, to - from + 1)

@@ -56,8 +56,7 @@ for _, n in ipairs(gone) do
   local b1, b2, b3, b4 = redis.call('GETRANGE', runpos, at - 4, at - 1):byte(1, 4)
   local place = ((b1 * 256 + b2) * 256 + b3) * 256 + b4
   redis.call('SETBIT', left, place, 1)
-  redis.call('APPEND', leftlog, string.char(0, math.floor(place / 16777216) % 256,
-    math.floor(place / 65536) % 256, math.floor(place / 256) % 256, place % 256))
+  redis.call('APPEND', leftlog, log_entry(place))
 end
 redis.call('DEL', leftpre, pre)
 if size > 0 then  -- (an empty pre-queue leaves this run nothing to put in place)

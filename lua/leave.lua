@@ -40,7 +40,5 @@ else
   logged = place
 end
 redis.call('INCR', holes)
-redis.call('APPEND', leftlog, string.char(math.floor(logged / 4294967296) % 256,
-  math.floor(logged / 16777216) % 256, math.floor(logged / 65536) % 256, math.floor(logged / 256) % 256,
-  logged % 256))
+redis.call('APPEND', leftlog, log_entry(logged))
 return 1

@@ -65,6 +65,13 @@ local function drawn_place(drawpos, n)
   return ((b1 * 256 + b2) * 256 + b3) * 256 + b4
 end
 
+-- A leavers' log entry (queue_app/line.py reads them): the place, 5 bytes big-endian
+-- (a pre-queue number carries 2^39 on top: lua/leave.lua).
+local function log_entry(p)
+  return string.char(math.floor(p / 4294967296) % 256, math.floor(p / 16777216) % 256,
+    math.floor(p / 65536) % 256, math.floor(p / 256) % 256, p % 256)
+end
+
 -- Whether bit p of a bitmap is set (GETBIT refuses a key that is not a string).
 local function is_set(bitmap, p)
   return redis.call('GETBIT', bitmap, p) == 1
