@@ -37,8 +37,7 @@ def _another_process_takes(
 ) -> tuple[int, bytes, bytes, bytes]:
     """A block taken as another web process takes one: its first number, the line's
     generation, the block's member in `blocks` and its random bytes."""
-    random = os.urandom(count * 2)
-    random = bytes(b & 0x7F if i % 2 == 0 else b for i, b in enumerate(random))
+    random = arrivals._random(count)  # as a process makes them
     reply = store.run(
         arrivals._BLOCK.call(
             store.event_keys(event_id), count=count, random=random, open_ms=open_ms, back=b"", used=0
