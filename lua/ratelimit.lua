@@ -1,8 +1,10 @@
--- Count a request against a fixed window (the seed's per-IP, per-second limit), in
+-- Count requests against a fixed window (the seed's per-IP, per-second limit), in
 -- each unit the client counts as (ticketing/ratelimit.py: client_units), each with
--- its limit: the request is allowed when every counter is under its limit, and
--- only then counted in each. A refused request counts nowhere, so that a client
--- past its own limit does not use up what its /48's other clients may do.
+-- its limit: up to `count` requests are granted, as many as every counter has room
+-- for, and only those are counted in each. A refused request counts nowhere, so
+-- that a client past its own limit does not use up what its /48's other clients may
+-- do. A process asks for more than one (`count`) to hold a lease it lets through
+-- itself (ticketing/ratelimit.py: Leases); a lease never exceeds the limit.
 -- Counting and arming the expiry happen together, so a crash between the two
 -- cannot leave a counter that never resets.
 --
@@ -11,26 +13,32 @@
 -- KEY site?       STRING  an IPv6 client: its /48's requests; absent otherwise
 -- ARG limit       requests `counter` may make per window
 -- ARG window      length in ms
+-- ARG count       requests asked for (1 but for a lease)
 -- ARG site_limit? requests `site` may make per window (with `site`)
 --
 -- Returns these, in this order (ticketing/ratelimit.py: Verdict):
--- REPLY allowed   1 when allowed (and counted), else 0
--- REPLY reset_ms  ms until the window of the counter that refused resets
+-- REPLY granted   requests granted (and counted), 0 to `count`
+-- REPLY reset_ms  ms until the window ends: of the counter that refused when none
+--                 is granted, else the soonest of the counters'
 -- Validates its arguments and reads every counter before its first write: a counter
 -- of the wrong type or not a whole number fails the script with nothing counted.
-local ms = tonumber(window)
+local ms, want = tonumber(window), tonumber(count)
 local counters, limits = {counter}, {tonumber(limit)}
 if site then counters[2], limits[2] = site, tonumber(site_limit) end
 if not ms or ms ~= math.floor(ms) or ms <= 0 then
   error('window must be a positive whole number of ms')
 end
+if not want or want ~= math.floor(want) or want <= 0 then
+  error('count must be a positive whole number')
+end
 local counts = {}
 for i, key in ipairs(counters) do
   if not limits[i] then error('limit ' .. i .. ' must be a number') end
   local n = redis.call('GET', key) or '0'
-  if not n:match('^-?%d+$') then error(key .. ' is not a count') end  -- INCR would refuse it
+  if not n:match('^-?%d+$') then error(key .. ' is not a count') end  -- INCRBY would refuse it
   counts[i] = tonumber(n)
 end
+local grant = want
 for i, key in ipairs(counters) do
   if counts[i] >= limits[i] then
     local ttl = redis.call('PTTL', key)
@@ -42,8 +50,17 @@ for i, key in ipairs(counters) do
     end
     return {0, ttl}
   end
+  grant = math.min(grant, limits[i] - counts[i])
 end
-for _, key in ipairs(counters) do
-  if redis.call('INCR', key) == 1 then redis.call('PEXPIRE', key, ms) end
+local reset = ms
+for i, key in ipairs(counters) do
+  if counts[i] == 0 then
+    redis.call('INCRBY', key, grant)
+    redis.call('PEXPIRE', key, ms)
+  else
+    redis.call('INCRBY', key, grant)
+    local ttl = redis.call('PTTL', key)
+    if ttl < 0 then redis.call('PEXPIRE', key, ms) else reset = math.min(reset, ttl) end
+  end
 end
-return {1, 0}
+return {grant, reset}

@@ -1,7 +1,11 @@
 """Per-client request limits, counted in Redis so every app server shares them."""
 
+import asyncio
 import ipaddress
 import logging
+import os
+import threading
+import time
 import uuid
 from collections.abc import Mapping
 from functools import lru_cache
@@ -89,27 +93,38 @@ def client_units(address: str) -> tuple[str, ...]:
 class Verdict(NamedTuple):
     """lua/ratelimit.lua's answer (its header names these fields in this order)."""
 
-    allowed: int
+    granted: int
     reset_ms: int
 
 
-_RATELIMIT = store.Caller("ratelimit", passes="counter site limit window site_limit", reply=Verdict)
+_RATELIMIT = store.Caller("ratelimit", passes="counter site limit window count site_limit", reply=Verdict)
 
 
-def limit_call(counter: str, limit: int, window_ms: int) -> store.Call:
-    """lua/ratelimit.lua counting one more against `counter`, for `store.run`."""
-    return _RATELIMIT.call(counter=counter, limit=limit, window=window_ms)
+def limit_call(counter: str, limit: int, window_ms: int, count: int = 1) -> store.Call:
+    """lua/ratelimit.lua counting `count` more against `counter`, for `store.run`."""
+    return _RATELIMIT.call(counter=counter, limit=limit, window=window_ms, count=count)
+
+
+def _counted(scope: str, meta: Mapping) -> list[str]:
+    return store.ratelimit_keys(scope, client_units(client_ip(meta)))
+
+
+def _units_call(keys: list[str], limit: int, window_ms: int, count: int = 1) -> store.Call:
+    """lua/ratelimit.lua on a client's counters (`_counted`): `limit` in its own,
+    IPV6_48_LIMIT_FACTOR times it in its /48."""
+    if len(keys) == 1:
+        return limit_call(keys[0], limit, window_ms, count)
+    counter, site = keys
+    site_limit = limit * settings.IPV6_48_LIMIT_FACTOR
+    return _RATELIMIT.call(
+        counter=counter, site=site, limit=limit, window=window_ms, count=count, site_limit=site_limit
+    )
 
 
 def client_limit_call(scope: str, meta: Mapping, limit: int, window_ms: int) -> store.Call:
     """lua/ratelimit.lua counting the request's client in each of its units, for
-    `store.run`: `limit` in its own, IPV6_48_LIMIT_FACTOR times it in its /48."""
-    keys = store.ratelimit_keys(scope, client_units(client_ip(meta)))
-    if len(keys) == 1:
-        return limit_call(keys[0], limit, window_ms)
-    counter, site = keys
-    site_limit = limit * settings.IPV6_48_LIMIT_FACTOR
-    return _RATELIMIT.call(counter=counter, site=site, limit=limit, window=window_ms, site_limit=site_limit)
+    `store.run`."""
+    return _units_call(_counted(scope, meta), limit, window_ms)
 
 
 @lru_cache(maxsize=65536)
@@ -130,6 +145,121 @@ def client_address(meta: Mapping) -> tuple[bytes, bytes]:
     return units[0], units[1] if len(units) > 1 else b""
 
 
+def _wait_ms(verdict: Verdict) -> int:
+    """0 when the request was let through, else ms until its window ends."""
+    return 0 if verdict.granted else max(1, verdict.reset_ms)
+
+
+# A process holds at most this many of a client's requests unused, and at most a
+# quarter of its limit.
+LEASE_MOST = 1024
+
+
+class _Lease:
+    __slots__ = ("left", "until", "size", "full")
+
+    def __init__(self, size: int) -> None:
+        self.left = 0  # requests taken from the counters, not yet let through
+        self.until = 0.0  # (monotonic) the counters' window ends, and the lease with it
+        self.size = size  # the last ask's count: the next one asks twice that
+        self.full = False  # the counters are at their limit until `until`
+
+
+class Leases:
+    """A client's requests let through by this process from a lease on its shared
+    counters, so that a client who asks again costs no Redis round trip.
+
+    The first request of a client in a window asks lua/ratelimit.lua for one; if the
+    same client asks again on this process within the window, the next ask takes
+    two, then four (at most LEASE_MOST, and a quarter of the limit), and the process
+    lets the lease's requests through itself. Every request let through was counted
+    in Redis before it was, so the limit holds across every process: a client
+    spraying several processes gets at most the limit per window, and loses what a
+    process leased for it and it did not use there (at most a quarter of its limit
+    per process). A client at its limit is refused here, without asking, until its
+    window ends: a flood past the limit costs Redis nothing.
+    On the fast lane, the requests of a client that arrive while an ask for it is
+    in flight wait for it rather than ask too.
+    """
+
+    def __init__(self) -> None:
+        self._table: dict[tuple[str, ...], _Lease] = {}
+        self._lock = threading.Lock()
+        self._asking: dict[tuple[asyncio.AbstractEventLoop, tuple[str, ...]], asyncio.Future] = {}
+        self._swept = 0.0
+
+    def take(self, keys: tuple[str, ...]) -> int | None:
+        """0: let it through; ms until the window ends: refuse it; None: ask."""
+        now = time.monotonic()
+        with self._lock:
+            lease = self._table.get(keys)
+            if lease is None or now >= lease.until:
+                return None
+            if lease.left > 0:
+                lease.left -= 1
+                return 0
+            return max(1, int((lease.until - now) * 1000)) if lease.full else None
+
+    def size(self, keys: tuple[str, ...], limit: int) -> int:
+        """How many the next ask for this client takes."""
+        now = time.monotonic()
+        with self._lock:
+            if now >= self._swept + 1:
+                self._table = {k: lease for k, lease in self._table.items() if lease.until > now}
+                self._swept = now
+            lease = self._table.get(keys)
+            if lease is None or now >= lease.until:
+                return 1
+            return max(1, min(2 * lease.size, LEASE_MOST, limit // 4))
+
+    def heard(self, keys: tuple[str, ...], asked_at: float, asked: int, verdict: Verdict) -> int:
+        """An ask's answer, of which the asking request takes one if granted: 0 to
+        let it through, else ms until its window ends."""
+        granted, reset_ms = verdict
+        with self._lock:
+            lease = self._table[keys] = _Lease(asked)
+            lease.until = asked_at + reset_ms / 1000
+            lease.left = max(0, granted - 1)
+            lease.full = granted < asked
+        return _wait_ms(verdict)
+
+    def check(self, keys: list[str], limit: int) -> int:
+        """Let one request through (0) or refuse it (ms until its window ends),
+        asking Redis on this thread when the lease has none left."""
+        counted = tuple(keys)
+        verdict = self.take(counted)
+        if verdict is None:
+            size, asked_at = self.size(counted, limit), time.monotonic()
+            verdict = self.heard(
+                counted, asked_at, size, store.run(_units_call(keys, limit, WINDOW_MS, size))
+            )
+        return verdict
+
+    async def acheck(self, keys: list[str], limit: int) -> int:
+        """`check` on the fast lane: one ask in flight per client, the others wait."""
+        counted = tuple(keys)
+        loop = asyncio.get_running_loop()
+        while (verdict := self.take(counted)) is None:
+            asking = self._asking.get((loop, counted))
+            if asking is None:
+                break
+            await asking  # then take from what it leased
+        else:
+            return verdict
+        done = self._asking[(loop, counted)] = loop.create_future()
+        try:
+            size, asked_at = self.size(counted, limit), time.monotonic()
+            reply = await store.arun(_units_call(keys, limit, WINDOW_MS, size))
+        finally:
+            del self._asking[(loop, counted)]
+            done.set_result(None)
+        return self.heard(counted, asked_at, size, reply)
+
+    def forget(self) -> None:
+        """A forked child starts with no leases: its parent's are the parent's."""
+        self._table, self._lock, self._asking = {}, threading.Lock(), {}
+
+
 class RedisRateThrottle(BaseThrottle):
     """A DRF throttle counted by lua/ratelimit.lua: per client (`client_units`: an
     IPv4 address, or an IPv6 /64 and its /48) and scope, per second, shared by every
@@ -138,43 +268,55 @@ class RedisRateThrottle(BaseThrottle):
 
     scope: ClassVar[str]
     setting: ClassVar[str]
+    # Requests let through from the process's leases on the counters, rather than
+    # each counted by a round trip (`Leases`).
+    leases: ClassVar[Leases | None] = None
 
-    def _call(self, meta: Mapping, who: str | None = None) -> store.Call | None:
-        per_second = getattr(settings, self.setting)
-        if per_second <= 0:
-            return None
-        if who is None:
-            return client_limit_call(self.scope, meta, per_second, WINDOW_MS)
-        return limit_call(store.ratelimit_key(self.scope, who), per_second, WINDOW_MS)
+    def _keys(self, meta: Mapping, who: str | None) -> list[str]:
+        return _counted(self.scope, meta) if who is None else [store.ratelimit_key(self.scope, who)]
 
     def who(self, request: Request) -> str | None:
         """What is counted: None for the client's address, "" for nothing."""
         return None
 
     def allow_request(self, request: Request, view: APIView) -> bool:
-        who = self.who(request)
-        call = None if who == "" else self._call(request.META, who)
-        if call is None:
+        who, limit = self.who(request), getattr(settings, self.setting)
+        if who == "" or limit <= 0:
             return True
-        allowed, reset_ms = store.run(call)
-        self._wait = reset_ms / 1000
-        return bool(allowed)
+        keys = self._keys(request.META, who)
+        if self.leases is not None:
+            wait_ms = self.leases.check(keys, limit)
+        else:
+            wait_ms = _wait_ms(store.run(_units_call(keys, limit, WINDOW_MS)))
+        self._wait = wait_ms / 1000
+        return not wait_ms
 
     def wait(self) -> float:
         return self._wait
 
     async def acheck(self, meta: Mapping) -> None:
         """Raise RATE_LIMIT past the limit, as DRF's Throttled would read."""
-        call = self._call(meta)
-        if call is None:
+        limit = getattr(settings, self.setting)
+        if limit <= 0:
             return
-        allowed, reset_ms = await store.arun(call)
-        if not allowed:
-            raise rate_limited(reset_ms / 1000)
+        keys = self._keys(meta, None)
+        if self.leases is not None:
+            wait_ms = await self.leases.acheck(keys, limit)
+        else:
+            wait_ms = _wait_ms(await store.arun(_units_call(keys, limit, WINDOW_MS)))
+        if wait_ms:
+            raise rate_limited(wait_ms / 1000)
 
 
 class JoinThrottle(RedisRateThrottle):
-    scope, setting = "join", "RATE_LIMIT_JOIN"  # join and rejoin share it, as in the seed
+    """Joins and rejoins per client, as in the seed. Arrivals are the load of an
+    opening, so a client that joins again is let through from a lease (`Leases`)."""
+
+    scope, setting = "join", "RATE_LIMIT_JOIN"
+    leases = Leases()
+
+
+os.register_at_fork(after_in_child=JoinThrottle.leases.forget)
 
 
 class ChallengeThrottle(RedisRateThrottle):

@@ -6,6 +6,7 @@ count as the IPv4 address they carry."""
 
 import ipaddress
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -139,3 +140,42 @@ def test_6to4_and_teredo_count_as_the_ipv4_address_they_carry(limited_server, ma
         for address in (ip, _6to4(ip), _teredo(ip), _teredo(ip))
     ]
     assert codes == ["TOO_MANY_PLACES"] * 3 + ["RATE_LIMIT"]
+
+
+def test_a_client_spraying_three_processes_gets_its_limit_once(django_db_setup, event):
+    """Three app servers, one client joining as fast as 24 connections go, 8 on each:
+    each process lets through what it leased for the client, and every lease was
+    counted in Redis first, so within one window the client gets at most its limit
+    (40), and at least what the other processes' unused leases leave (a quarter of
+    the limit each)."""
+    limit = 40
+    env = server_env(RATE_LIMIT_JOIN=str(limit), TRUSTED_PROXIES="127.0.0.1")
+    started = [start_gunicorn(env) for _ in range(3)]
+    ip = _ipv4()
+    answers: list[tuple[float, int]] = []
+    go = threading.Barrier(24)
+
+    def spray(base: str) -> None:
+        server = ServerClient(base)
+        go.wait(timeout=30)
+        until = time.monotonic() + 0.5
+        while time.monotonic() < until:
+            status = _join(server, event.event_id, ip).status_code
+            answers.append((time.monotonic(), status))
+
+    try:
+        first = time.monotonic()
+        threads = [CheckedThread(target=spray, args=(started[i % 3][0],)) for i in range(24)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        for _, proc in started:
+            stop_gunicorn(proc)
+    # The counter's window opened after `first`: what was answered within a second of
+    # it was let through in that window.
+    within = Counter(status for at, status in answers if at < first + 0.95)
+    assert within.keys() <= {200, 429}
+    assert sum(within.values()) > 3 * limit, within  # each process alone would pass the limit
+    assert limit - 3 * limit // 4 <= within[200] <= limit, within

@@ -2,9 +2,10 @@ import ipaddress
 import uuid
 
 import pytest
+import redis as redis_lib
 
 from testsupport.line import unknown_token
-from ticketing import ratelimit
+from ticketing import ratelimit, store
 
 
 @pytest.fixture
@@ -117,7 +118,6 @@ def test_ipv4_mapped_ipv6_is_counted_as_the_ipv4_address(api, event, limits):
 
 def test_refused_joins_are_counted_per_event_and_reason(api, event, limits, rc):
     from queue_app import events
-    from ticketing import store
 
     ip = _ip()
     for _ in range(12):
@@ -187,3 +187,47 @@ def test_6to4_and_teredo_are_counted_as_the_ipv4_address_they_carry(lanes_api, e
 )
 def test_a_client_is_counted_as_these_units(address, units):
     assert ratelimit.client_units(address) == units
+
+
+def _asks(redis_url: str, counter: str, action) -> int:
+    """The rate limit's round trips for `counter` while `action` runs (MONITOR, on the
+    server holding the counter)."""
+    from queue_app.tests.test_poll import _commands_received
+
+    c = store.client()
+    if isinstance(c, redis_lib.cluster.RedisCluster):
+        node = c.get_node_from_key(counter)
+        redis_url = f"redis://{node.host}:{node.port}/0"
+    sha = ratelimit._RATELIMIT.script.sha
+    return sum(1 for cmd in _commands_received(redis_url, action) if cmd["command"].startswith(f"EVALSHA {sha}"))
+
+
+def test_a_client_that_joins_again_is_let_through_from_a_lease(lanes_api, event, limits, redis_url, rc):
+    """A hundred joins of one client cost seven asks of the rate limit (leases of 1, 2,
+    4 ... 64 requests, counted in Redis before they are let through)."""
+    limits.RATE_LIMIT_JOIN = 1000
+    ip = _ip()
+    answers = []
+    asks = _asks(
+        redis_url,
+        f"ticket:ratelimit:join:{ip}",
+        lambda: answers.extend(lanes_api.join(event.event_id, REMOTE_ADDR=ip)[0] for _ in range(100)),
+    )
+    assert answers == [200] * 100
+    assert asks == 7
+    assert int(rc.get(f"ticket:ratelimit:join:{ip}")) == 127  # what was leased, all counted
+
+
+def test_a_flood_past_the_limit_is_refused_without_asking_redis(lanes_api, event, limits, redis_url, rc):
+    """Leases of at most a quarter of the limit; once Redis grants fewer than asked,
+    the process refuses the client itself until its window ends."""
+    ip = _ip()
+    answers = []
+    asks = _asks(
+        redis_url,
+        f"ticket:ratelimit:join:{ip}",
+        lambda: answers.extend(lanes_api.join(event.event_id, REMOTE_ADDR=ip)[0] for _ in range(50)),
+    )
+    assert answers == [200] * 10 + [429] * 40
+    assert asks == 6  # 1, 2, 2, 2, 2, then 2 asked and 1 granted
+    assert int(rc.get(f"ticket:ratelimit:join:{ip}")) == 10
