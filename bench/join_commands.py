@@ -11,7 +11,7 @@ and the microseconds it spent on them. That last figure is the hot node's load p
 arrival, the unit of docs/scaling.md's capacity model.
 
     .venv/bin/python -m bench.join_commands [--duration 5s] [--workers 2] [--conns 64]
-                                             [--block-ms 50] [--runs 3] [--rate-limit 0]
+                                             [--block-ms 100] [--runs 3] [--rate-limit 0]
 """
 
 import argparse
@@ -59,7 +59,7 @@ def main() -> None:
     parser.add_argument("--duration", default="5s", help="each run's joins, by wrk")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--conns", type=int, default=64)
-    parser.add_argument("--block-ms", type=int, default=50, help="QUEUE_BLOCK_MS (0: a number per join)")
+    parser.add_argument("--block-ms", type=int, default=100, help="QUEUE_BLOCK_MS (0: a number per join)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument(
         "--rate-limit", type=int, default=0, help="RATE_LIMIT_JOIN (0: off; wrk joins from one address)"

@@ -119,8 +119,9 @@ if QUEUE_TOKEN_KEY_PREVIOUS and QUEUE_TOKEN_KEY_PREVIOUS_UNTIL is None:
 QUEUE_LINE_REFRESH_MS = env.int("QUEUE_LINE_REFRESH_MS", default=200)
 # The most a block of arrival numbers is handed out for (queue_app/arrivals.py): a
 # join sent more than this after another was answered is always behind it, whichever
-# web process answered them. 0: every join takes its own number.
-QUEUE_BLOCK_MS = env.int("QUEUE_BLOCK_MS", default=50)
+# web process answered them. 0: every join takes its own number. 100 ms is within
+# what people's own networks already shuffle (docs/line.md: Arrival numbers in blocks).
+QUEUE_BLOCK_MS = env.int("QUEUE_BLOCK_MS", default=100)
 # How long browsers and the proxy (deploy/nginx.conf) may keep a waiting room's page,
 # the same for everyone not signed in: an arrival then costs no render. What changes
 # on it meanwhile (a closed sale, a new message) each poll says anyway.

@@ -198,8 +198,8 @@ def _asks(redis_url: str, counter: str, action) -> int:
     if isinstance(c, redis_lib.cluster.RedisCluster):
         node = c.get_node_from_key(counter)
         redis_url = f"redis://{node.host}:{node.port}/0"
-    sha = ratelimit._RATELIMIT.script.sha
-    return sum(1 for cmd in _commands_received(redis_url, action) if cmd["command"].startswith(f"EVALSHA {sha}"))
+    asked = f"EVALSHA {ratelimit._RATELIMIT.script.sha}"
+    return sum(1 for cmd in _commands_received(redis_url, action) if cmd["command"].startswith(asked))
 
 
 def test_a_client_that_joins_again_is_let_through_from_a_lease(lanes_api, event, limits, redis_url, rc):
