@@ -113,6 +113,7 @@ def event_live_numbers(event_id: str) -> dict:
     active, seats left, admitted in the last minute and joins refused by reason, for
     operators."""
     k = store.EventKeys(event_id)
+    store.flush_refusals()
     now = store.now_ms(event_id)
     pipe = store.event_pipeline(event_id)
     pipe.get(k.seq).get(k.popped).get(k.holes).get(k.lane_seq).get(k.lane_popped).get(k.lane_holes)

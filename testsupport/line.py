@@ -96,3 +96,17 @@ def claim_time_passes(event_id: str) -> None:
     for to, deadline in c.hgetall(k.claims).items():
         if b":" not in deadline:
             c.hset(k.claims, to, store.now_ms(event_id) - 1)
+
+
+def refusals(event_id: str, total: int) -> dict:
+    """The event's refused joins by reason once `total` of them are written (at most
+    5 s): a server process writes its own within a second of them
+    (ticketing/store/scripts.py: _Refusals); this process's are written as it reads."""
+    from queue_app import events
+
+    deadline = time.monotonic() + 5
+    while True:
+        found = events.event_live_numbers(event_id)["joinsRefused"]
+        if sum(found.values()) >= total or time.monotonic() > deadline:
+            return found
+        time.sleep(0.1)

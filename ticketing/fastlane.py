@@ -385,7 +385,7 @@ class FastLane:
                 log.exception("%s %s failed", scope["method"], scope["path"])
                 err = INTERNAL_ERROR
             elif err.code in route.counted:
-                await store.acount_refusal(kwargs.get("event_id", settings.EVENT_ID), route.counted[err.code])
+                store.count_refusal(kwargs.get("event_id", settings.EVENT_ID), route.counted[err.code])
             status, payload = STATUS[err.code], orjson.dumps(err.body())
             headers = _JSON + [(k.lower().encode(), v.encode()) for k, v in err.headers.items()]
         await _send(send, status, headers, payload)

@@ -55,7 +55,7 @@ tick_log = logging.getLogger("ticketing.tick")
 booking_log = logging.getLogger("ticketing.booking")
 
 # A booking's outcome is counted by lua/refused.lua, into the event's metrics hash.
-_REFUSED = store.Caller("refused", passes="refused reason")
+_REFUSED = store.Caller("refused", passes="refused reason count")
 
 T = TypeVar("T")
 
@@ -176,7 +176,7 @@ def _count_booking(event_id: str, outcome: str) -> None:
         # may name any event id, and a hash per made-up id would fill Redis.
         store.run(
             _REFUSED.call(
-                store.event_keys(event_id), refused=event_key(event_id), reason=f"bookings|{outcome}"
+                store.event_keys(event_id), refused=event_key(event_id), reason=f"bookings|{outcome}", count=1
             )
         )
     except REDIS_ERRORS as exc:

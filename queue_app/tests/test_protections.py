@@ -12,7 +12,7 @@ from django.contrib.auth import get_user_model
 
 from queue_app import admission, events, proof, services
 from queue_app.tokens import parse_token
-from testsupport.line import end_windows, event_state, unknown_token
+from testsupport.line import end_windows, event_state, refusals, unknown_token
 from ticketing.errors import CODES
 
 
@@ -52,8 +52,8 @@ def at_once(n: int, join_once) -> list[str]:
     return outcomes
 
 
-def refused(event_id: str) -> dict:
-    return events.event_live_numbers(event_id)["joinsRefused"]
+def refused(event_id: str, total: int = 0) -> dict:
+    return refusals(event_id, total)
 
 
 def _ipv4() -> str:
@@ -90,7 +90,7 @@ def test_a_join_without_a_solution_is_refused_and_changes_nothing(lanes_api, mak
     status, body = join(lanes_api, event.event_id)
     assert (status, body["error"]["code"]) == (403, "PROOF_OF_WORK")
     assert event_state(event.event_id) == before
-    assert refused(event.event_id) == {"proof_of_work": 1}
+    assert refused(event.event_id, 1) == {"proof_of_work": 1}
 
 
 def test_a_solution_works_once(lanes_api, make_event):
@@ -143,7 +143,7 @@ def test_challenges_stocked_before_proof_of_work_was_on_are_refused_after(produc
         assert (answer.status_code, answer.json()["error"]["code"]) == (403, "PROOF_OF_WORK")
         assert "more proof of work" in answer.json()["error"]["message"]
     assert event_state(event.event_id) == before
-    assert refused(event.event_id) == {"proof_of_work": 30}
+    assert refused(event.event_id, 30) == {"proof_of_work": 30}
     payload = _served(production_server, event.event_id)
     answer = requests.post(
         f"{production_server}/api/queue/join", json={"eventId": event.event_id, "altcha": payload}, timeout=10
@@ -253,7 +253,7 @@ def test_one_ipv4_address_holds_at_most_the_cap(lanes_api, make_event):
     # The same address written as IPv4-mapped IPv6 is the same client.
     assert join(lanes_api, event.event_id, REMOTE_ADDR=f"::ffff:{ip}")[0] == 429
     assert join(lanes_api, event.event_id, REMOTE_ADDR=_ipv4())[0] == 200  # someone else
-    assert refused(event.event_id) == {"cap": 2}
+    assert refused(event.event_id, 2) == {"cap": 2}
     # A place that stops being live (left) frees its slot.
     lanes_api.leave(tokens[0], event.event_id)
     assert join(lanes_api, event.event_id, REMOTE_ADDR=ip)[0] == 200
@@ -320,7 +320,7 @@ def test_an_address_at_its_cap_is_refused_before_it_solves_a_challenge(lanes_api
     assert (status, body["error"]["code"], body["error"]["most"]) == (429, "TOO_MANY_PLACES", 2)
     assert body["error"]["message"] == CODES["TOO_MANY_PLACES"].message
     assert event_state(event.event_id) == before
-    assert refused(event.event_id) == {"cap": 1}
+    assert refused(event.event_id, 1) == {"cap": 1}
     assert lanes_api.call("get", path, REMOTE_ADDR=_ipv4())[0] == 200  # someone else
     # Advice only: the join itself still refuses, whatever the challenge said.
     status, body = join(lanes_api, event.event_id, altcha=solve(event.event_id), REMOTE_ADDR=ip)

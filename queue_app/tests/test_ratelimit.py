@@ -127,6 +127,7 @@ def test_refused_joins_are_counted_per_event_and_reason(api, event, limits, rc):
     # A refusal naming an event that does not exist leaves nothing behind.
     nowhere = f"nope-{uuid.uuid4().hex[:10]}"
     assert api.rejoin(str(uuid.uuid4()), nowhere)[1]["error"]["code"] == "INVALID_TOKEN"
+    store.flush_refusals()
     assert not rc.exists(store.event_keys(nowhere).refused)
 
 
@@ -231,3 +232,23 @@ def test_a_flood_past_the_limit_is_refused_without_asking_redis(lanes_api, event
     assert answers == [200] * 10 + [429] * 40
     assert asks == 6  # 1, 2, 2, 2, 2, then 2 asked and 1 granted
     assert int(rc.get(f"ticket:ratelimit:join:{ip}")) == 10
+
+
+def test_refused_joins_are_counted_in_the_process_and_written_together(api, event, limits, redis_url):
+    """Thirty refused joins cost Redis no command each: the process counts them and
+    writes them once a second (at most one write may fall within the flood), or when
+    it reads the counts itself."""
+    from queue_app import events
+    from queue_app.tests.test_poll import _commands_received, _server_of
+
+    limits.RATE_LIMIT_JOIN = 1
+    ip = _ip()
+    answers = []
+    written = f"EVALSHA {store.scripts.REFUSED.script.sha}"
+    seen = _commands_received(
+        _server_of(redis_url, event.event_id),
+        lambda: answers.extend(api.join(event.event_id, REMOTE_ADDR=ip)[0] for _ in range(31)),
+    )
+    assert answers == [200] + [429] * 30
+    assert sum(1 for cmd in seen if cmd["command"].startswith(written)) <= 1
+    assert events.event_live_numbers(event.event_id)["joinsRefused"] == {"rate": 30}

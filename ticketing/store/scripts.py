@@ -15,10 +15,15 @@ builds its lists from the order worked out once: no header is read per call.
 """
 
 import asyncio
+import atexit
 import hashlib
 import keyword
 import logging
+import os
 import re
+import threading
+import time
+from collections import Counter
 from collections.abc import Callable, Iterable
 from functools import cache
 from operator import attrgetter
@@ -31,7 +36,7 @@ from django.conf import settings
 from redis.exceptions import NoScriptError
 
 from ticketing.errors import REDIS_ERRORS
-from ticketing.store.clients import ASYNC_REQUEST_TIMEOUT, batcher, client
+from ticketing.store.clients import batcher, client, on_close
 from ticketing.store.keys import EVENT_KEY_NAMES, EventKeys, event_keys
 
 log = logging.getLogger(__name__)
@@ -285,21 +290,77 @@ async def arun(call: Call) -> Any:
     return answer if reply is None else reply(*answer)
 
 
-REFUSED = Caller("refused", passes="reason")
+REFUSED = Caller("refused", passes="reason count")
+
+# Distinct (event, reason) pairs kept between two writes: a refused request may name
+# any event id, and those past this many in one second are not counted.
+_REFUSALS_MOST = 10_000
+
+
+class _Refusals:
+    """Refused joins counted in the process and added to Redis once a second (one
+    pipeline), so that a flood of refused requests costs Redis a command per event
+    and reason, not one per request. The operator's figures lag by a second at most;
+    this process's own are written before it reads them (`flush_refusals`)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self.pid = 0  # the process whose thread writes them (a fork needs its own)
+        self.failing = False
+
+    def add(self, event_id: str, reason: str) -> None:
+        with self.lock:
+            if (event_id, reason) in self.counts or len(self.counts) < _REFUSALS_MOST:
+                self.counts[(event_id, reason)] += 1
+            if self.pid != os.getpid():
+                self.pid = os.getpid()
+                threading.Thread(target=self._every_second, name="refusals", daemon=True).start()
+
+    def _every_second(self) -> None:
+        while True:
+            time.sleep(1)
+            self.flush()
+
+    def flush(self) -> None:
+        with self.lock:
+            counts, self.counts = self.counts, Counter()
+        if not counts:
+            return
+        try:
+            load(REFUSED.script.name)
+            pipe = client().pipeline(transaction=False)
+            for (event_id, reason), n in counts.items():
+                run(REFUSED.call(event_keys(event_id), reason=reason, count=n), on=pipe)
+            # An event whose keys are broken loses its count, not the others theirs.
+            pipe.execute(raise_on_error=False)
+        except REDIS_ERRORS as exc:
+            with self.lock:  # kept for the next try
+                self.counts.update(counts)
+            if not self.failing:
+                log.warning("could not count refused joins (kept for the next try): %r", exc)
+            self.failing = True
+        else:
+            self.failing = False
+
+
+_refusals = _Refusals()
+atexit.register(_refusals.flush)
 
 
 def count_refusal(event_id: str, reason: str) -> None:
-    """Count a refused join of an existing event; a failure to count is only logged
-    (the refusal the client gets matters more than the count)."""
-    try:
-        run(REFUSED.call(event_keys(event_id), reason=reason))
-    except REDIS_ERRORS as exc:
-        log.warning("could not count a refusal (%s) for %s: %r", reason, event_id, exc)
+    """Count a refused join of an event (only an existing event's count is kept),
+    in the process: written to Redis within a second (`_Refusals`)."""
+    _refusals.add(event_id, reason)
 
 
-async def acount_refusal(event_id: str, reason: str) -> None:
-    try:
-        async with asyncio.timeout(ASYNC_REQUEST_TIMEOUT):
-            await arun(REFUSED.call(event_keys(event_id), reason=reason))
-    except (*REDIS_ERRORS, TimeoutError) as exc:
-        log.warning("could not count a refusal (%s) for %s: %r", reason, event_id, exc)
+async def _flush_on_close() -> None:
+    await asyncio.to_thread(_refusals.flush)
+
+
+on_close(_flush_on_close)
+
+
+def flush_refusals() -> None:
+    """Write this process's refusals counted so far, before reading the counts."""
+    _refusals.flush()
