@@ -32,7 +32,6 @@ import functools
 import ipaddress
 import itertools
 import logging
-import os
 import threading
 import time
 from collections import Counter, defaultdict
@@ -222,7 +221,7 @@ class _Pending:
         self.lock = threading.Lock()
         self.counts: Counter[str] = Counter()  # fields kept from a failed write
         self.rows: dict[str, list[int]] = {}
-        self.pid = 0  # the process whose thread writes them (a fork needs its own)
+        self.writer = store.EverySecond("metrics", self.flush)
         self.failing = False
 
     def observe(self, series: str, seconds: float) -> None:
@@ -232,14 +231,7 @@ class _Pending:
                 row = self.rows[series] = [0] * (len(BUCKETS) + 2)
             row[bisect.bisect_left(BUCKETS, seconds)] += 1
             row[-1] += round(seconds * 1e6)
-            if self.pid != os.getpid():
-                self.pid = os.getpid()
-                threading.Thread(target=self._every_second, name="metrics", daemon=True).start()
-
-    def _every_second(self) -> None:
-        while True:
-            time.sleep(1)
-            self.flush()
+            self.writer.wake()
 
     def flush(self) -> None:
         with self.lock:

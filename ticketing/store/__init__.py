@@ -5,6 +5,7 @@ from ticketing.store.clients import (
     ASYNC_REQUEST_TIMEOUT,
     Batcher,
     ClusterBatcher,
+    EverySecond,
     aclose,
     batcher,
     client,
@@ -39,6 +40,7 @@ from ticketing.store.scripts import (
 )
 
 __all__ = [
+    "EverySecond",
     "ASYNC_REQUEST_TIMEOUT",
     "EVENTS_KEY",
     "LINE_KEY_NAMES",

@@ -12,6 +12,9 @@ Callers never ask which kind of Redis they have.
 import asyncio
 import inspect
 import logging
+import os
+import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -259,6 +262,25 @@ def batcher() -> Batcher | ClusterBatcher:
             found = Batcher(redis.asyncio.Redis.from_url(url, **options))
         _batchers[loop] = found
     return found
+
+
+class EverySecond:
+    """A write of what the process counted itself (request latencies, refused joins),
+    run once a second on a thread of its own, started by the first `wake` in each
+    process (a forked child starts its own). Its callers wake it under a lock of theirs."""
+
+    def __init__(self, name: str, write: Callable[[], None]) -> None:
+        self.name, self.write, self.pid = name, write, 0
+
+    def wake(self) -> None:
+        if self.pid != os.getpid():
+            self.pid = os.getpid()
+            threading.Thread(target=self._run, name=self.name, daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(1)
+            self.write()
 
 
 # What must reach Redis before a worker ends (queue_app/arrivals.py gives back its

@@ -19,10 +19,8 @@ import atexit
 import hashlib
 import keyword
 import logging
-import os
 import re
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable
 from functools import cache
@@ -36,7 +34,7 @@ from django.conf import settings
 from redis.exceptions import NoScriptError
 
 from ticketing.errors import REDIS_ERRORS
-from ticketing.store.clients import batcher, client, on_close
+from ticketing.store.clients import EverySecond, batcher, client, on_close
 from ticketing.store.keys import EVENT_KEY_NAMES, EventKeys, event_keys
 
 log = logging.getLogger(__name__)
@@ -306,21 +304,14 @@ class _Refusals:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.counts: Counter[tuple[str, str]] = Counter()
-        self.pid = 0  # the process whose thread writes them (a fork needs its own)
+        self.writer = EverySecond("refusals", self.flush)
         self.failing = False
 
     def add(self, event_id: str, reason: str) -> None:
         with self.lock:
             if (event_id, reason) in self.counts or len(self.counts) < _REFUSALS_MOST:
                 self.counts[(event_id, reason)] += 1
-            if self.pid != os.getpid():
-                self.pid = os.getpid()
-                threading.Thread(target=self._every_second, name="refusals", daemon=True).start()
-
-    def _every_second(self) -> None:
-        while True:
-            time.sleep(1)
-            self.flush()
+            self.writer.wake()
 
     def flush(self) -> None:
         with self.lock:
