@@ -32,7 +32,6 @@ import functools
 import ipaddress
 import itertools
 import logging
-import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -212,17 +211,15 @@ def reconcile_corrected(event_id: str, **kinds: int) -> None:
 # --- Request latency: added up in the process, written once a second ---------------
 
 
-class _Pending:
+class _Pending(store.EverySecond):
     """This process's latency observations not yet in Redis: per series, a count
     per bucket and the sum in µs (what every request adds: a few list items, not a
-    histogram's fields)."""
+    histogram's fields), made the hash's fields when written (`counts` holds those
+    of a failed write: a few per route, bounded)."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.counts: Counter[str] = Counter()  # fields kept from a failed write
+        super().__init__("request latencies")
         self.rows: dict[str, list[int]] = {}
-        self.writer = store.EverySecond("metrics", self.flush)
-        self.failing = False
 
     def observe(self, series: str, seconds: float) -> None:
         with self.lock:
@@ -231,29 +228,20 @@ class _Pending:
                 row = self.rows[series] = [0] * (len(BUCKETS) + 2)
             row[bisect.bisect_left(BUCKETS, seconds)] += 1
             row[-1] += round(seconds * 1e6)
-            self.writer.wake()
+            self.wake()
 
-    def flush(self) -> None:
-        with self.lock:
-            counts, rows, self.counts, self.rows = self.counts, self.rows, Counter(), {}
+    def taken(self) -> Counter:
+        counts, rows, self.rows = super().taken(), self.rows, {}
         for series, row in rows.items():
             counts.update({f"{series}|{i}": n for i, n in enumerate(row[:-1]) if n})
             counts[f"{series}|sum_us"] += row[-1]
-        if not counts:
-            return
-        try:
-            pipe = store.client().pipeline(transaction=False)
-            for field, n in counts.items():
-                pipe.hincrby(SHARED_KEY, field, n)
-            pipe.execute()
-        except REDIS_ERRORS as exc:
-            with self.lock:  # kept for the next try: a few fields per route, bounded
-                self.counts.update(counts)
-            if not self.failing:
-                log.warning("could not write request latencies (kept for the next try): %r", exc)
-            self.failing = True
-        else:
-            self.failing = False
+        return counts
+
+    def write(self, counts: Counter) -> None:
+        pipe = store.client().pipeline(transaction=False)
+        for field, n in counts.items():
+            pipe.hincrby(SHARED_KEY, field, n)
+        pipe.execute()
 
 
 _pending = _Pending()

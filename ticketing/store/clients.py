@@ -15,6 +15,7 @@ import logging
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -29,6 +30,7 @@ from django.dispatch import receiver
 from django_redis import get_redis_connection
 from redis.exceptions import AskError, ClusterDownError, MovedError, TryAgainError
 
+from ticketing.errors import REDIS_ERRORS
 from ticketing.store.keys import event_keys
 
 log = logging.getLogger(__name__)
@@ -265,12 +267,17 @@ def batcher() -> Batcher | ClusterBatcher:
 
 
 class EverySecond:
-    """A write of what the process counted itself (request latencies, refused joins),
-    run once a second on a thread of its own, started by the first `wake` in each
-    process (a forked child starts its own). Its callers wake it under a lock of theirs."""
+    """Counts the process keeps itself (request latencies, refused joins) and adds to
+    Redis once a second, on a thread of its own started by the first `wake` in each
+    process (a forked child starts its own). A write that fails keeps its counts for
+    the next one, and is logged once until one succeeds. A subclass counts into
+    `counts` under `lock` (and wakes the thread there), and says how they are written
+    (`write`)."""
 
-    def __init__(self, name: str, write: Callable[[], None]) -> None:
-        self.name, self.write, self.pid = name, write, 0
+    def __init__(self, name: str) -> None:
+        self.name, self.pid, self.failing = name, 0, False
+        self.lock = threading.Lock()
+        self.counts: Counter = Counter()
 
     def wake(self) -> None:
         if self.pid != os.getpid():
@@ -280,7 +287,31 @@ class EverySecond:
     def _run(self) -> None:
         while True:
             time.sleep(1)
-            self.write()
+            self.flush()
+
+    def taken(self) -> Counter:
+        """Under `lock`: the counts to write now, which the process no longer holds."""
+        counts, self.counts = self.counts, Counter()
+        return counts
+
+    def write(self, counts: Counter) -> None:
+        raise NotImplementedError
+
+    def flush(self) -> None:
+        with self.lock:
+            counts = self.taken()
+        if not counts:
+            return
+        try:
+            self.write(counts)
+        except REDIS_ERRORS as exc:
+            with self.lock:
+                self.counts.update(counts)
+            if not self.failing:
+                log.warning("could not write %s (kept for the next try): %r", self.name, exc)
+            self.failing = True
+        else:
+            self.failing = False
 
 
 # What must reach Redis before a worker ends (queue_app/arrivals.py gives back its

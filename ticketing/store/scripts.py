@@ -20,7 +20,6 @@ import hashlib
 import keyword
 import logging
 import re
-import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
 from functools import cache
@@ -33,7 +32,6 @@ import redis.cluster
 from django.conf import settings
 from redis.exceptions import NoScriptError
 
-from ticketing.errors import REDIS_ERRORS
 from ticketing.store.clients import EverySecond, batcher, client, on_close
 from ticketing.store.keys import EVENT_KEY_NAMES, EventKeys, event_keys
 
@@ -295,47 +293,29 @@ REFUSED = Caller("refused", passes="reason count")
 _REFUSALS_MOST = 10_000
 
 
-class _Refusals:
-    """Refused joins counted in the process and added to Redis once a second (one
-    pipeline), so that a flood of refused requests costs Redis a command per event
-    and reason, not one per request. The operator's figures lag by a second at most;
-    this process's own are written before it reads them (`flush_refusals`)."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.counts: Counter[tuple[str, str]] = Counter()
-        self.writer = EverySecond("refusals", self.flush)
-        self.failing = False
+class _Refusals(EverySecond):
+    """Refused joins counted in the process, (event id, reason) -> n, and added to
+    Redis once a second (one pipeline), so that a flood of refused requests costs
+    Redis a command per event and reason, not one per request. The operator's figures
+    lag by a second at most; this process's own are written before it reads them
+    (`flush_refusals`)."""
 
     def add(self, event_id: str, reason: str) -> None:
         with self.lock:
             if (event_id, reason) in self.counts or len(self.counts) < _REFUSALS_MOST:
                 self.counts[(event_id, reason)] += 1
-            self.writer.wake()
+            self.wake()
 
-    def flush(self) -> None:
-        with self.lock:
-            counts, self.counts = self.counts, Counter()
-        if not counts:
-            return
-        try:
-            load(REFUSED.script.name)
-            pipe = client().pipeline(transaction=False)
-            for (event_id, reason), n in counts.items():
-                run(REFUSED.call(event_keys(event_id), reason=reason, count=n), on=pipe)
-            # An event whose keys are broken loses its count, not the others theirs.
-            pipe.execute(raise_on_error=False)
-        except REDIS_ERRORS as exc:
-            with self.lock:  # kept for the next try
-                self.counts.update(counts)
-            if not self.failing:
-                log.warning("could not count refused joins (kept for the next try): %r", exc)
-            self.failing = True
-        else:
-            self.failing = False
+    def write(self, counts: Counter) -> None:
+        load(REFUSED.script.name)
+        pipe = client().pipeline(transaction=False)
+        for (event_id, reason), n in counts.items():
+            run(REFUSED.call(event_keys(event_id), reason=reason, count=n), on=pipe)
+        # An event whose keys are broken loses its count, not the others theirs.
+        pipe.execute(raise_on_error=False)
 
 
-_refusals = _Refusals()
+_refusals = _Refusals("refused joins")
 atexit.register(_refusals.flush)
 
 
