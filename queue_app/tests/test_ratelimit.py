@@ -203,35 +203,35 @@ def _asks(redis_url: str, counter: str, action) -> int:
     return sum(1 for cmd in _commands_received(redis_url, action) if cmd["command"].startswith(asked))
 
 
-def test_a_client_that_joins_again_is_let_through_from_a_lease(lanes_api, event, limits, redis_url, rc):
+def _joins_of_one_client(api, event_id: str, redis_url: str, n: int) -> tuple[list[int], int, int]:
+    """`n` joins from one new address: their statuses, the rate limit's round trips
+    for them, and what its counter holds after."""
+    ip = _ip()
+    counter = f"ticket:ratelimit:join:{ip}"
+    answers: list[int] = []
+    asks = _asks(
+        redis_url, counter, lambda: answers.extend(api.join(event_id, REMOTE_ADDR=ip)[0] for _ in range(n))
+    )
+    return answers, asks, int(store.client().get(counter))
+
+
+def test_a_client_that_joins_again_is_let_through_from_a_lease(lanes_api, event, limits, redis_url):
     """A hundred joins of one client cost seven asks of the rate limit (leases of 1, 2,
     4 ... 64 requests, counted in Redis before they are let through)."""
     limits.RATE_LIMIT_JOIN = 1000
-    ip = _ip()
-    answers = []
-    asks = _asks(
-        redis_url,
-        f"ticket:ratelimit:join:{ip}",
-        lambda: answers.extend(lanes_api.join(event.event_id, REMOTE_ADDR=ip)[0] for _ in range(100)),
-    )
+    answers, asks, counted = _joins_of_one_client(lanes_api, event.event_id, redis_url, 100)
     assert answers == [200] * 100
     assert asks == 7
-    assert int(rc.get(f"ticket:ratelimit:join:{ip}")) == 127  # what was leased, all counted
+    assert counted == 127  # what was leased, all counted
 
 
-def test_a_flood_past_the_limit_is_refused_without_asking_redis(lanes_api, event, limits, redis_url, rc):
+def test_a_flood_past_the_limit_is_refused_without_asking_redis(lanes_api, event, limits, redis_url):
     """Leases of at most a quarter of the limit; once Redis grants fewer than asked,
     the process refuses the client itself until its window ends."""
-    ip = _ip()
-    answers = []
-    asks = _asks(
-        redis_url,
-        f"ticket:ratelimit:join:{ip}",
-        lambda: answers.extend(lanes_api.join(event.event_id, REMOTE_ADDR=ip)[0] for _ in range(50)),
-    )
+    answers, asks, counted = _joins_of_one_client(lanes_api, event.event_id, redis_url, 50)
     assert answers == [200] * 10 + [429] * 40
     assert asks == 6  # 1, 2, 2, 2, 2, then 2 asked and 1 granted
-    assert int(rc.get(f"ticket:ratelimit:join:{ip}")) == 10
+    assert counted == 10
 
 
 def test_refused_joins_are_counted_in_the_process_and_written_together(api, event, limits, redis_url):
