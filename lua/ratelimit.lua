@@ -54,13 +54,9 @@ for i, key in ipairs(counters) do
 end
 local reset = ms
 for i, key in ipairs(counters) do
-  if counts[i] == 0 then
-    redis.call('INCRBY', key, grant)
-    redis.call('PEXPIRE', key, ms)
-  else
-    redis.call('INCRBY', key, grant)
-    local ttl = redis.call('PTTL', key)
-    if ttl < 0 then redis.call('PEXPIRE', key, ms) else reset = math.min(reset, ttl) end
-  end
+  redis.call('INCRBY', key, grant)
+  -- A new counter's window starts now; an old one without an expiry is armed too.
+  local ttl = counts[i] == 0 and -1 or redis.call('PTTL', key)
+  if ttl < 0 then redis.call('PEXPIRE', key, ms) else reset = math.min(reset, ttl) end
 end
 return {grant, reset}
