@@ -7,6 +7,7 @@ rotation keeps the previous key's tokens for its grace period only.
 """
 
 import datetime
+import os
 import uuid
 
 import pytest
@@ -114,3 +115,12 @@ def test_a_rotated_key_keeps_its_tokens_for_the_grace_period_only(api, event, un
     with override_settings(QUEUE_TOKEN_KEY="the-old-key-0123456789"):
         # The new key's tokens mean nothing to the old one.
         assert api.poll(new, event.event_id)[1]["error"]["code"] == "INVALID_TOKEN"
+
+
+def test_a_token_is_written_as_uuid_writes_it() -> None:
+    """Token.of spells the UUID form out itself: the same text as uuid's, for any
+    16 bytes, lowercase, and read back to the same bytes."""
+    for raw in [bytes(16), b"\xff" * 16, *(os.urandom(16) for _ in range(2000))]:
+        token = tokens.Token.of(raw)
+        assert token.text == str(uuid.UUID(bytes=raw))
+        assert tokens.parse_token(token.text) == token
