@@ -8,7 +8,8 @@ RESETSTAT), then joins for --duration, then every
 worker's last block given back, then INFO commandstats: every command Redis ran in
 that time (scripts and the commands inside them, the line's refreshes, the metrics),
 and the microseconds it spent on them. That last figure is the hot node's load per
-arrival, the unit of docs/scaling.md's capacity model.
+arrival, the unit of docs/scaling.md's capacity model. Beside it, the app's own CPU
+per join (its master and workers, from /proc: bench/cpu.py), the web tier's unit.
 
     .venv/bin/python -m bench.join_commands [--duration 5s] [--workers 2] [--conns 64]
                                              [--block-ms 100] [--runs 3] [--rate-limit 0]
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import redis
 
+from bench import cpu
 from bench.serving import prepare
 from bench.stack import Stack, procfile_web
 from ticketing import servers
@@ -76,7 +78,8 @@ def main() -> None:
                "QUEUE_BLOCK_MS": str(args.block_ms),
                "RATE_LIMIT_JOIN": str(args.rate_limit), "HOST": "127.0.0.1", "PORT": str(port)}  # fmt: skip
         url = f"http://127.0.0.1:{port}"
-        stack.start_gunicorn("app", procfile_web(stack.app_dir), env, f"{url}/health")
+        app = stack.start_gunicorn("app", procfile_web(stack.app_dir), env, f"{url}/health").pid
+        groups = {"app": lambda pid, name, ppid: app in (pid, ppid)}
         r = redis.Redis.from_url(stack.redis_url)
         blocks = f"ticket:{{{EVENT}}}:queue:blocks"
         results = []
@@ -84,7 +87,9 @@ def main() -> None:
             _joins(url, "2s", args.conns)  # warm: scripts loaded, blocks grown
             time.sleep(0.5)  # the warm-up's last blocks given back
             r.config_resetstat()
+            before = cpu.snapshot()
             joins, rate = _joins(url, args.duration, args.conns)
+            app_seconds = cpu.usage(before, cpu.snapshot(), 1, groups)["app"]
             deadline = time.monotonic() + 10
             while r.zcard(blocks) and time.monotonic() < deadline:
                 time.sleep(0.01)
@@ -101,6 +106,7 @@ def main() -> None:
                 "commands": calls,
                 "commands_per_10000_joins": round(calls * 10_000 / joins, 1),
                 "redis_usec_per_join": round(usec / joins, 3),
+                "app_cpu_usec_per_join": round(app_seconds * 1e6 / joins, 1),
                 "by_command": {k: c for k, (c, _) in sorted(stats.items(), key=lambda kv: -kv[1][0])},
             }
             results.append(result)
@@ -118,6 +124,9 @@ def main() -> None:
                         x["redis_usec_per_join"] for x in results
                     ),
                     "median_joins_per_second": statistics.median(x["joins_per_second"] for x in results),
+                    "median_app_cpu_usec_per_join": statistics.median(
+                        x["app_cpu_usec_per_join"] for x in results
+                    ),
                 }
             )
         )
