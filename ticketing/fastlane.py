@@ -25,6 +25,11 @@ negotiation, versioning) it does for DRF's declarations of it (`HONOURED`). A fa
 that declares anything else is refused when the routes are read, at start-up: served
 here it would answer by rules it does not declare.
 
+The production server hands the lane a fast route's request whole, body and all,
+without ASGI's messages (`FastLane.whole`, ticketing/gunicorn_conf.py: Protocol);
+the lane answers it as it answers through ASGI (`serve`), from the same `_asked`
+and `answer`.
+
 Every request's body, on either lane, is read whole here first, up to the body
 limit (DATA_UPLOAD_MAX_MEMORY_SIZE, whatever the content type; a larger one is
 refused 413 at once): a client that sends its body slowly, or never finishes it,
@@ -35,7 +40,7 @@ never one of Django's threads.
 import gc
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from functools import lru_cache
 from typing import Any
 from urllib.parse import parse_qsl
@@ -317,8 +322,8 @@ class FastLane:
             return await self._lifespan(receive, send)
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        route = self.routes.get(scope["path"])
-        if route is not None and scope["method"] == route.method:
+        route = self.route_of(scope)
+        if route is not None:
             return await self.serve(route, scope, receive, send)
         await self.django(scope, receive, send)
 
@@ -333,38 +338,45 @@ class FastLane:
                 return  # the client left
         await self.app(_measured(scope, body), _replay(body, receive), send)
 
+    def route_of(self, scope: Scope) -> FastRoute | None:
+        """The fast route a request's path and method name, if any."""
+        route = self.routes.get(scope["path"])
+        return route if route is not None and scope["method"] == route.method else None
+
     async def serve(self, route: FastRoute, scope: Scope, receive: Receive, send: Send) -> None:
         start = time.perf_counter()
         body = None
-        try:
-            if route.source != "query":
+        if route.source != "query":
+            try:
                 body = await _read_body(scope, receive)
-                if body is None:
-                    return  # the client left
-            host = accept = None
-            for name, value in scope["headers"]:
-                if name == b"host":
-                    host = value
-                elif name == b"accept":  # (repeated, joined as Django joins them)
-                    accept = value if accept is None else accept + b"," + value
-            if host is None or not _allowed_host(host):
-                raise _Refused  # Django's lane refuses it, as it refuses any other
-            if route.by_session and _has_session(scope):
-                raise _Refused  # a signed-in person: Django's lane knows the account
-            data = _input(route, scope, body)
-            # DRF negotiates first: before it reads a field or counts a throttle.
-            fmt = data.get(_FORMAT) if body is None else _format(scope)
-            if fmt or (accept is not None and accept not in _PLAIN_ACCEPTS):
-                refusal = _refusal(accept, fmt or None)
-            else:
-                refusal = None
-            kwargs = {}
-            if refusal is None:
-                kwargs = {source: parse(data.get(name, empty)) for name, source, parse in route.fields}
-        except _TooLarge:
-            return await _send(send, _TOO_LARGE.status, _JSON, orjson.dumps(_TOO_LARGE.body()))
-        except (_Refused, DomainError):
+            except _TooLarge:
+                return await _send(send, _TOO_LARGE.status, _JSON, orjson.dumps(_TOO_LARGE.body()))
+            if body is None:
+                return  # the client left
+        asked = _asked(route, scope, body)
+        if asked is None:
             return await self.django(scope, receive, send, body)
+        await _send(send, *await self.answer(route, scope, asked, start))
+
+    def whole(self, scope: Scope, body: bytes) -> Coroutine[Any, Any, tuple[int, list, bytes]] | None:
+        """The answer to a request a server holds whole, body and all, without ASGI's
+        messages (ticketing/gunicorn_conf.py): (status, headers, payload), once
+        awaited. None when the lane would not answer it itself (no fast route, a
+        body over the limit, a form Django's lane answers): the server then runs the
+        ASGI application, which answers it as always."""
+        start = time.perf_counter()
+        route = self.route_of(scope)
+        if route is None or len(body) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
+            return None
+        asked = _asked(route, scope, None if route.source == "query" else body)
+        return None if asked is None else self.answer(route, scope, asked, start)
+
+    async def answer(
+        self, route: FastRoute, scope: Scope, asked: "_Ask", start: float
+    ) -> tuple[int, list, bytes]:
+        """The route's answer to what the request asks: its service's, or a refusal,
+        in the envelope; the request's latency observed (from `start`)."""
+        kwargs, refusal = asked
         try:
             if refusal is not None:
                 raise refusal.with_traceback(None)  # (one instance, remembered: no frames kept)
@@ -388,8 +400,8 @@ class FastLane:
                 store.count_refusal(kwargs.get("event_id", settings.EVENT_ID), route.counted[err.code])
             status, payload = STATUS[err.code], orjson.dumps(err.body())
             headers = _JSON + [(k.lower().encode(), v.encode()) for k, v in err.headers.items()]
-        await _send(send, status, headers, payload)
-        metrics.observe_request(route.path, time.perf_counter() - start)  # not when Django's lane answered
+        metrics.observe_request(route.path, time.perf_counter() - start)  # not when Django's lane answers
+        return status, headers, payload
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -406,6 +418,38 @@ class FastLane:
                 await store.aclose()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+# What a request asks of its route's service: its fields, and DRF's refusal of its
+# negotiation, if any.
+_Ask = tuple[dict[str, Any], DomainError | None]
+
+
+def _asked(route: FastRoute, scope: Scope, body: bytes | None) -> _Ask | None:
+    """What the request asks (its body read whole, or None for a route that reads the
+    query), or None when its form is one Django's lane answers (a Host outside
+    ALLOWED_HOSTS, a session, a bad field ...): nothing is counted or run before."""
+    try:
+        host = accept = None
+        for name, value in scope["headers"]:
+            if name == b"host":
+                host = value
+            elif name == b"accept":  # (repeated, joined as Django joins them)
+                accept = value if accept is None else accept + b"," + value
+        if host is None or not _allowed_host(host):
+            return None  # Django's lane refuses it, as it refuses any other
+        if route.by_session and _has_session(scope):
+            return None  # a signed-in person: Django's lane knows the account
+        data = _input(route, scope, body)
+        # DRF negotiates first: before it reads a field or counts a throttle.
+        fmt = data.get(_FORMAT) if body is None else _format(scope)
+        if fmt or (accept is not None and accept not in _PLAIN_ACCEPTS):
+            refusal = _refusal(accept, fmt or None)
+            if refusal is not None:
+                return {}, refusal
+        return {source: parse(data.get(name, empty)) for name, source, parse in route.fields}, None
+    except (_Refused, DomainError):
+        return None
 
 
 def _input(route: FastRoute, scope: Scope, body: bytes | None) -> dict:

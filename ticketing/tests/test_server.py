@@ -33,7 +33,7 @@ from django.http import HttpResponse
 from django.test import Client
 
 import ticketing.asgi  # noqa: F401 (its django.setup() reconfigures logging: at import, not under caplog)
-from queue_app import services
+from queue_app import services, tokens
 from testsupport.clients import LaneClient
 from testsupport.servers import start_gunicorn, stop_gunicorn
 from ticketing import store
@@ -380,3 +380,145 @@ def test_the_writes_of_one_loop_turn_leave_together(close) -> None:
     before, after = uvloop.run(_held_then_sent(close))
     assert before == b""
     assert after == ANSWER
+
+
+# --- Requests the protocol hands to the fast lane whole (ticketing/gunicorn_conf.py) ---
+
+
+def _connect(base: str) -> socket.socket:
+    host, port = base.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
+
+
+def _request(method: str, path: str, body: bytes | None = None, *extra: str) -> bytes:
+    head = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", *extra]
+    if body is not None:
+        head += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + (body or b"")
+
+
+class _Answers:
+    """HTTP answers read off one connection, in the order they come."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock, self.buffer = sock, b""
+
+    def _more(self) -> None:
+        chunk = self.sock.recv(65536)
+        if not chunk:
+            raise ConnectionError(f"closed by the server; unread: {self.buffer!r}")
+        self.buffer += chunk
+
+    def next(self) -> tuple[int, dict[str, str], bytes]:
+        while b"\r\n\r\n" not in self.buffer:
+            self._more()
+        head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
+        status_line, *lines = head.decode("latin-1").split("\r\n")
+        headers = {name.lower(): value.strip() for name, value in (line.split(":", 1) for line in lines)}
+        length = int(headers.get("content-length", 0))
+        while len(self.buffer) < length:
+            self._more()
+        body, self.buffer = self.buffer[:length], self.buffer[length:]
+        return int(status_line.split()[1]), headers, body
+
+    def closed(self) -> bool:
+        """Whether the server ends the stream with nothing more."""
+        return not self.buffer and self.sock.recv(65536) == b""
+
+
+def test_pipelined_requests_are_answered_in_order_on_either_lane(gunicorn, event) -> None:
+    """Five requests in one write on one connection, fast lane and Django's lane mixed,
+    one of them refused: the answers come in the order asked, each its own. The
+    connection then stays open under a client that keeps asking, past the keep-alive
+    time (5 s): no timer armed by an answer given within a read closes it."""
+    base, _ = gunicorn({"WEB_CONCURRENCY": "1", **NO_LIMITS})
+    waiting = _join(base, event.event_id)
+    join = json.dumps({"eventId": event.event_id}).encode()
+    poll = f"/api/status/poll?token={waiting}&eventId={event.event_id}"
+    sock = _connect(base)
+    sock.sendall(
+        _request("POST", "/api/queue/join", join)
+        + _request("GET", "/health")
+        + _request("POST", "/api/queue/join", join)
+        + _request("GET", poll)
+        + _request("POST", "/api/queue/join", json.dumps({"eventId": "no-such-event"}).encode())
+    )
+    answers = _Answers(sock)
+    got = [answers.next() for _ in range(5)]
+    assert [status for status, _, _ in got] == [200, 200, 200, 200, 404], got
+    first, second = (json.loads(got[i][2])["data"] for i in (0, 2))
+    assert tokens.issued(event.event_id, tokens.parse_token(first["token"])) + 1 == tokens.issued(
+        event.event_id, tokens.parse_token(second["token"])
+    )
+    assert json.loads(got[1][2])["status"] == "ok"  # Django's lane, between two of the fast lane's
+    assert json.loads(got[3][2])["data"]["status"] == "WAITING"
+    assert json.loads(got[4][2])["error"]["code"] == "EVENT_NOT_FOUND"
+    for _ in range(5):  # 7.5 s in all
+        time.sleep(1.5)
+        sock.sendall(_request("GET", poll))
+        status, _, body = answers.next()
+        assert status == 200, body
+    sock.close()
+
+
+def test_a_graceful_stop_answers_a_request_whose_body_is_still_coming(gunicorn, event) -> None:
+    """A join half sent when the server is told to stop (SIGTERM, as a deploy does) is
+    answered once the rest of it comes, with `connection: close`, and the server then
+    ends: the person who was joining has a place."""
+    import signal
+
+    base, proc = gunicorn({"WEB_CONCURRENCY": "1", **NO_LIMITS})
+    body = json.dumps({"eventId": event.event_id}).encode()
+    sock = _connect(base)
+    request = _request("POST", "/api/queue/join", body)
+    sock.sendall(request[:-5])
+    time.sleep(0.3)  # read by the worker: the request is held for its body
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.3)  # the worker is stopping
+    sock.sendall(request[-5:])
+    answers = _Answers(sock)
+    status, headers, payload = answers.next()
+    assert status == 200, payload
+    assert headers["connection"] == "close"
+    token = tokens.parse_token(json.loads(payload)["data"]["token"])
+    assert tokens.issued(event.event_id, token) == 1
+    assert answers.closed()
+    assert proc.wait(timeout=10) == 0
+
+
+def test_a_join_that_waits_for_100_continue_gets_it_and_its_answer(gunicorn, event) -> None:
+    """A client that sends `Expect: 100-continue` sends its body only once told to:
+    the request is not held for a body that waits for the server."""
+    base, _ = gunicorn({"WEB_CONCURRENCY": "1", **NO_LIMITS})
+    body = json.dumps({"eventId": event.event_id}).encode()
+    sock = _connect(base)
+    request = _request("POST", "/api/queue/join", body, "Expect: 100-continue")
+    sock.sendall(request[: -len(body)])
+    answers = _Answers(sock)
+    assert answers.next()[0] == 100
+    sock.sendall(body)
+    status, _, payload = answers.next()
+    assert status == 200, payload
+    assert json.loads(payload)["data"]["eventId"] == event.event_id
+
+
+def test_a_join_over_the_body_limit_or_whose_client_left_changes_nothing(gunicorn, event) -> None:
+    """A join over the body limit (10 KiB) is refused 413 and issues no number, whether
+    it came whole (20 kB: held, then handed to the ASGI application) or past the
+    protocol's high-water mark (100 kB: handed on as it comes); a client that leaves
+    with its body half sent is asked nothing of. The next join is the first number."""
+    base, _ = gunicorn({"WEB_CONCURRENCY": "1", **NO_LIMITS})
+    for pad in (20_000, 100_000):
+        large = json.dumps({"eventId": event.event_id, "pad": "x" * pad}).encode()
+        resp = requests.post(
+            f"{base}/api/queue/join", data=large, headers={"Content-Type": "application/json"}, timeout=10
+        )
+        assert (resp.status_code, resp.json()["error"]["code"]) == (413, "PAYLOAD_TOO_LARGE"), pad
+    sock = _connect(base)
+    sock.sendall(_request("POST", "/api/queue/join", json.dumps({"eventId": event.event_id}).encode())[:-3])
+    time.sleep(0.3)
+    sock.close()
+    time.sleep(0.3)
+    assert tokens.issued(event.event_id, tokens.parse_token(_join(base, event.event_id))) == 1
