@@ -252,6 +252,9 @@ async def aissue(event_id: str) -> Issued | None:
     """`issue` on the asyncio client: the joins of one event loop that find the block
     used up wait for one take."""
     e = _event(event_id)
+    found = _at_hand(e)
+    if found is not _TAKE:
+        return found  # (nearly always: from the block at hand)
     loop = asyncio.get_running_loop()
     while (found := _at_hand(e)) is _TAKE:
         pending = e.pending.get(loop)

@@ -551,6 +551,8 @@ def _allowed_host(host: bytes) -> bool:
 def _forget_hosts(*, setting: str, **kwargs: Any) -> None:
     if setting in ("ALLOWED_HOSTS", "DEBUG"):  # tests change them
         _allowed_host.cache_clear()
+    if setting == "SESSION_COOKIE_NAME":
+        _session_cookie.cache_clear()
 
 
 def _query(query: str) -> dict[str, str]:
@@ -568,8 +570,16 @@ def _query(query: str) -> dict[str, str]:
 
 
 def _has_session(scope: Scope) -> bool:
-    name = settings.SESSION_COOKIE_NAME.encode() + b"="
-    return any(key == b"cookie" and name in value for key, value in scope["headers"])
+    name = _session_cookie()
+    for key, value in scope["headers"]:
+        if key == b"cookie" and name in value:
+            return True
+    return False
+
+
+@lru_cache(maxsize=1)
+def _session_cookie() -> bytes:
+    return settings.SESSION_COOKIE_NAME.encode() + b"="
 
 
 def _meta(scope: Scope) -> dict[str, str]:

@@ -266,6 +266,19 @@ def batcher() -> Batcher | ClusterBatcher:
     return found
 
 
+# This process's id, kept here: a forked child sets its own. (`wake` runs on every
+# request, and os.getpid() is a system call.)
+_pid = os.getpid()
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 class EverySecond:
     """Counts the process keeps itself (request latencies, refused joins) and adds to
     Redis once a second, on a thread of its own started by the first `wake` in each
@@ -280,8 +293,8 @@ class EverySecond:
         self.counts: Counter = Counter()
 
     def wake(self) -> None:
-        if self.pid != os.getpid():
-            self.pid = os.getpid()
+        if self.pid != _pid:
+            self.pid = _pid
             threading.Thread(target=self._run, name=self.name, daemon=True).start()
 
     def _run(self) -> None:
