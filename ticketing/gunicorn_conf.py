@@ -70,8 +70,8 @@ class Protocol(HttpToolsProtocol):
     refusals in the JSON envelope.
 
     The fast lane's requests (joins, polls: the crowd's) are handed to the lane whole,
-    without ASGI's task and messages (`FastLane.whole`): a join costs a worker 14 %
-    less (docs/benchmarks.md, "Where a join's time goes"). Such a request is held
+    without ASGI's task and messages (`FastLane.whole`): a join costs a worker about
+    13 % less (docs/benchmarks.md, "Where a join's time goes"). Such a request is held
     until its body has come (a body past HIGH_WATER_LIMIT or the body limit, declared
     or come, goes to the ASGI application as it comes, which refuses one over the
     limit at once; so does any request the lane would not answer itself),
@@ -115,8 +115,7 @@ class Protocol(HttpToolsProtocol):
             self._arm()
 
     def on_message_begin(self) -> None:
-        # A request has begun: no keep-alive timer runs for it (one armed by an answer
-        # given within this read would close the connection under the next).
+        # A request has begun: no keep-alive timer runs under it, whoever armed one.
         self._unset_keepalive_if_required()
         super().on_message_begin()
         self.unfinished, self.headed = True, False

@@ -522,3 +522,78 @@ def test_a_join_over_the_body_limit_or_whose_client_left_changes_nothing(gunicor
     sock.close()
     time.sleep(0.3)
     assert tokens.issued(event.event_id, tokens.parse_token(_join(base, event.event_id))) == 1
+
+
+async def _carried_on() -> None:
+    """What test_answers_carried_on_from_their_first_step_wait_as_tasks_do checks."""
+    import asyncio
+
+    from ticketing.gunicorn_conf import _resumed, _taken
+
+    loop = asyncio.get_running_loop()
+
+    async def waits_for(future: asyncio.Future, n: int) -> int:
+        await future
+        return n
+
+    # Two answers whose first step yields the same future (the joins of one client
+    # waiting for one rate-limit ask): each is carried on, and each gets its result.
+    shared = loop.create_future()
+    coroutines = [waits_for(shared, 1), waits_for(shared, 2)]
+    steps = [_taken(c.send(None)) for c in coroutines]
+    assert steps == [shared, shared]
+    carried = [asyncio.ensure_future(_resumed(c, s)) for c, s in zip(coroutines, steps, strict=True)]
+    loop.call_soon(shared.set_result, None)
+    assert await asyncio.gather(*carried) == [1, 2]
+
+    # An exception the future ends with is the coroutine's to handle.
+    failing = loop.create_future()
+
+    async def handles() -> str:
+        try:
+            await failing
+        except ValueError as exc:
+            return f"handled {exc}"
+        return "not raised"
+
+    coroutine = handles()
+    task = asyncio.ensure_future(_resumed(coroutine, _taken(coroutine.send(None))))
+    failing.set_exception(ValueError("it"))
+    assert await task == "handled it"
+
+    # A cancel reaches the coroutine through the future it waits for.
+    cleaned: list[bool] = []
+
+    async def cancelled() -> None:
+        try:
+            await loop.create_future()
+        finally:
+            cleaned.append(True)
+
+    coroutine = cancelled()
+    task = asyncio.ensure_future(_resumed(coroutine, _taken(coroutine.send(None))))
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert cleaned == [True]
+
+    # A bare yield is one turn of the loop.
+    async def one_turn() -> str:
+        await asyncio.sleep(0)
+        return "after a turn"
+
+    coroutine = one_turn()
+    step = _taken(coroutine.send(None))
+    assert step is None
+    assert await _resumed(coroutine, step) == "after a turn"
+
+
+def test_answers_carried_on_from_their_first_step_wait_as_tasks_do() -> None:
+    """An answer the protocol ran outside any task (its first step) and that waits for
+    a future is carried on as a task would carry it: several waiting for one future
+    each get their result, the future's exception is raised in the coroutine, a
+    cancel reaches it, and a bare yield waits one turn."""
+    import uvloop
+
+    uvloop.run(_carried_on())
