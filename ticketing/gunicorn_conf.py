@@ -9,7 +9,6 @@ request cycle (docs/benchmarks.md).
 
 import asyncio
 import os
-from collections.abc import Coroutine
 from typing import Any
 
 import orjson
@@ -70,16 +69,15 @@ class Protocol(HttpToolsProtocol):
     refusals in the JSON envelope.
 
     The fast lane's requests (joins, polls: the crowd's) are handed to the lane whole,
-    without ASGI's task and messages (`FastLane.whole`): a join costs a worker about
+    without ASGI's messages (`FastLane.whole`): a join costs a worker about
     13 % less (docs/benchmarks.md, "Where a join's time goes"). Such a request is held
     until its body has come (a body past HIGH_WATER_LIMIT or the body limit, declared
     or come, goes to the ASGI application as it comes, which refuses one over the
     limit at once; so does any request the lane would not answer itself),
-    then answered in the loop's next turn, after the other reads of this one (the
-    requests of a turn parsed together, then answered together: answered each inside
-    its own read, joins measured slower than through ASGI). An answer that waits for
-    nothing (a join from the process's block, a poll from its copy of the line) is
-    written at once; one that waits for Redis carries on in a task. Everything
+    then answered by a task of its own, which runs once the loop's reads of this
+    turn are done (the requests of a turn parsed together, then answered together:
+    answered each inside its own read, joins measured slower than through ASGI; and
+    a task is where the lane's code may wait, time out, be cancelled). Everything
     uvicorn keeps for a request is kept as for any other: its cycle (a graceful
     shutdown waits for the answer, then closes), its task among the server's,
     pipelined requests answered in order, the keep-alive timer. With an access log
@@ -136,7 +134,7 @@ class Protocol(HttpToolsProtocol):
         self._disarm()
         if self.held is not None and self.held is self.cycle:
             self.held = None
-            self.loop.call_soon(self._answer, self.cycle)
+            self._start_answer(self.cycle)
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
         if (
@@ -149,7 +147,7 @@ class Protocol(HttpToolsProtocol):
             if cycle.more_body:
                 self.held = cycle  # answered once its body has come
             else:  # a pipelined request, come whole while the one before was answered
-                self.loop.call_soon(self._answer, cycle)
+                self._start_answer(cycle)
             return
         super()._start_asgi_task(cycle, app)
 
@@ -161,8 +159,14 @@ class Protocol(HttpToolsProtocol):
                 return int(value)  # (httptools let only digits through)
         return 0
 
-    def _answer(self, cycle: RequestResponseCycle) -> None:
-        """A held request's answer, from the lane; from the ASGI application when the
+    def _start_answer(self, cycle: RequestResponseCycle) -> None:
+        task = self.loop.create_task(self._answer(cycle))
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
+
+    async def _answer(self, cycle: RequestResponseCycle) -> None:
+        """A held request's answer, from the lane (in place of ASGI's task and its
+        `receive` and `send` messages); from the ASGI application when the
         lane would not give it, or when the client does not read its answers (ASGI's
         `send` waits for it)."""
         if cycle.disconnected:
@@ -175,17 +179,7 @@ class Protocol(HttpToolsProtocol):
                 answer = None
         if answer is None:
             return super()._start_asgi_task(cycle, self.app)
-        try:
-            step = _taken(answer.send(None))
-        except StopIteration as done:
-            return self._write_answer(cycle, *done.value)
-        task = self.loop.create_task(self._finish(cycle, answer, step))
-        task.add_done_callback(self.tasks.discard)
-        self.tasks.add(task)
-
-    async def _finish(self, cycle: RequestResponseCycle, answer: Coroutine, step: Any) -> None:
-        """The rest of an answer that waited for something (Redis) when first run."""
-        status, headers, payload = await _resumed(answer, step)
+        status, headers, payload = await answer
         if self.flow.write_paused and not cycle.disconnected:
             await self.flow.drain()
         self._write_answer(cycle, status, headers, payload)
@@ -249,33 +243,6 @@ class Protocol(HttpToolsProtocol):
             head.append(b"connection: close\r\n")
         head.append(b"\r\n")
         return b"".join(head)
-
-
-async def _resumed(coroutine: Coroutine, step: Any) -> Any:
-    """What `coroutine` returns, run on from where its first step, taken outside any
-    task, yielded `step`: each future it yields is awaited here (its outcome is the
-    coroutine's to read, as it reads it under a task; a cancel reaches it the same
-    way, through the future), and a bare yield is one turn of the loop."""
-    while True:
-        thrown = None
-        try:
-            await (asyncio.sleep(0) if step is None else step)
-        except BaseException as exc:  # noqa: BLE001 (the coroutine reads the future's outcome itself)
-            if step is None:
-                thrown = exc
-        try:
-            step = _taken(coroutine.send(None) if thrown is None else coroutine.throw(thrown))
-        except StopIteration as done:
-            return done.value
-
-
-def _taken(step: Any) -> Any:
-    """What a coroutine yielded, taken as a task takes it: a future's "blocking" mark
-    cleared at once (another coroutine may await the same future next, and the
-    mark would tell it that it yielded the future bare)."""
-    if step is not None:
-        step._asyncio_future_blocking = False
-    return step
 
 
 class Worker(UvicornWorker):
