@@ -113,8 +113,6 @@ class Protocol(HttpToolsProtocol):
             self._arm()
 
     def on_message_begin(self) -> None:
-        # A request has begun: no keep-alive timer runs under it, whoever armed one.
-        self._unset_keepalive_if_required()
         super().on_message_begin()
         self.unfinished, self.headed = True, False
 
