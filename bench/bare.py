@@ -1,13 +1,16 @@
 """What the HTTP server costs per request by itself: the floor under every fast-lane
 answer.
 
-Two bare answers of a join's size (the same JSON for every request: no Django view,
-no Redis), each on one worker of the production server (gunicorn with the uvicorn
-worker of ticketing/gunicorn_conf.py, its Protocol), driven by wrk with the seed's
-join script as side by side drives the app:
+A bare answer of a join's size (the same JSON for every request: no Django view,
+no Redis), three ways, each on one worker of the production server (gunicorn with
+the uvicorn worker of ticketing/gunicorn_conf.py, its Protocol), driven by wrk with
+the seed's join script as side by side drives the app:
 
 - `asgi`: an ASGI application that reads the body and sends the answer, the path
-  every fast-lane request takes (uvicorn's request cycle, a task, the messages);
+  of every request the lane does not answer itself (uvicorn's request cycle, a
+  task, the messages);
+- `held`: a fast route's request as the production protocol answers it (held whole,
+  then a task asks the lane, here a stand-in that gives the bare answer at once);
 - `protocol`: the answer written by the protocol itself once httptools has parsed
   the request, without uvicorn's request cycle: what parsing and the socket calls
   cost alone.
@@ -64,6 +67,26 @@ async def application(scope, receive, send):
     await send({{"type": "http.response.body", "body": ANSWER}})
 
 
+class _Lane:
+    """The fast lane's two questions, answered with the bare answer: the production
+    protocol's own path for a fast route's request."""
+
+    async def __call__(self, scope, receive, send):
+        await application(scope, receive, send)
+
+    def route_of(self, scope):
+        return scope["path"] == "/api/queue/join" or None
+
+    def whole(self, scope, body):
+        return self._answer()
+
+    async def _answer(self):
+        return 200, [(b"content-type", b"application/json")], ANSWER
+
+
+lane = _Lane()
+
+
 class Bare(Protocol):
     """httptools' parse, then the answer: no request cycle."""
 
@@ -90,6 +113,14 @@ class Bare(Protocol):
 class BareWorker(Worker):
     CONFIG_KWARGS = {{**Worker.CONFIG_KWARGS, "http": Bare}}
 '''
+
+
+# name, worker class, application
+SERVERS = (
+    ("asgi", "bare.Worker", "bare:application"),
+    ("held", "bare.Worker", "bare:lane"),
+    ("protocol", "bare.BareWorker", "bare:application"),
+)
 
 
 def _run(url: str, seconds: str, conns: int) -> dict:
@@ -119,10 +150,14 @@ def main() -> None:
             "PYTHONPATH": f"{workdir}:{stack.app_dir}",
         }
         urls, pids = {}, {}
-        for name, worker in (("asgi", "bare.Worker"), ("protocol", "bare.BareWorker")):
+        for name, worker, app in (
+            ("asgi", "bare.Worker", "bare:application"),
+            ("held", "bare.Worker", "bare:lane"),
+            ("protocol", "bare.BareWorker", "bare:application"),
+        ):
             port = servers.free_port()
             urls[name] = f"http://127.0.0.1:{port}/api/queue/join"
-            command = ["bare:application", "--config", "python:bare", "--worker-class", worker]
+            command = [app, "--config", "python:bare", "--worker-class", worker]
             proc = stack.start_gunicorn(
                 name, command, {**env, "PORT": str(port)}, f"http://127.0.0.1:{port}/"
             )

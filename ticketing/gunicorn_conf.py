@@ -9,8 +9,10 @@ request cycle (docs/benchmarks.md).
 
 import asyncio
 import os
+import urllib.parse
 from typing import Any
 
+import httptools
 import orjson
 from django.conf import settings
 from uvicorn.protocols.http.flow_control import HIGH_WATER_LIMIT
@@ -59,8 +61,36 @@ class _Coalesced:
         self.flush()
         self.transport.close()
 
+    def is_closing(self) -> bool:  # (asked as each request is answered)
+        return self.transport.is_closing()
+
     def __getattr__(self, name: str):
         return getattr(self.transport, name)
+
+
+class _NoEvent:
+    """The message event of a request the lane answers: nothing waits on it."""
+
+    @staticmethod
+    def set() -> None:
+        pass
+
+
+class _Held:
+    """A fast route's request, held by the protocol until its body has come and its
+    turn comes: what uvicorn's code reads of a request's cycle (connection_lost,
+    shutdown, the pipeline), without the cycle's ASGI parts. `_cycle_of` makes it one
+    when the ASGI application is to answer it after all."""
+
+    __slots__ = ("scope", "body", "more_body", "keep_alive", "disconnected", "response_started",
+                 "response_complete", "turn")  # fmt: skip
+    message_event = _NoEvent
+    waiting_for_100_continue = False
+
+    def __init__(self, scope: dict, keep_alive: bool) -> None:
+        self.scope, self.body, self.more_body, self.keep_alive = scope, b"", True, keep_alive
+        self.disconnected = self.response_started = self.response_complete = False
+        self.turn = False  # the requests before it on the connection are answered
 
 
 class Protocol(HttpToolsProtocol):
@@ -69,19 +99,19 @@ class Protocol(HttpToolsProtocol):
     refusals in the JSON envelope.
 
     The fast lane's requests (joins, polls: the crowd's) are handed to the lane whole,
-    without ASGI's messages (`FastLane.whole`): a join costs a worker about
-    13 % less (docs/benchmarks.md, "Where a join's time goes"). Such a request is held
-    until its body has come (a body past HIGH_WATER_LIMIT or the body limit, declared
-    or come, goes to the ASGI application as it comes, which refuses one over the
-    limit at once; so does any request the lane would not answer itself),
-    then answered by a task of its own, which runs once the loop's reads of this
-    turn are done (the requests of a turn parsed together, then answered together:
-    answered each inside its own read, joins measured slower than through ASGI; and
-    a task is where the lane's code may wait, time out, be cancelled). Everything
-    uvicorn keeps for a request is kept as for any other: its cycle (a graceful
-    shutdown waits for the answer, then closes), its task among the server's,
-    pipelined requests answered in order, the keep-alive timer. With an access log
-    on, every request takes the ASGI path.
+    without uvicorn's request cycle and ASGI's messages (`FastLane.whole`): a join
+    costs a worker about a fifth less (docs/benchmarks.md, "Where a join's time
+    goes"). Once its head is parsed, such a request is kept as a `_Held` until its
+    body has come (a body past HIGH_WATER_LIMIT or the body limit, declared or come,
+    goes to the ASGI application as it comes, which refuses one over the limit at
+    once; so does any request the lane would not answer itself), then answered by a
+    task of its own, which runs once the loop's reads of this turn are done (the
+    requests of a turn parsed together, then answered together: answered each inside
+    its own read, joins measured slower; and a task is where the lane's code may
+    wait, time out, be cancelled). The rest is uvicorn's, as for any request: a
+    graceful shutdown waits for the answer, then closes; pipelined requests are
+    answered in order; the keep-alive timer. With an access log on, every request
+    takes the ASGI path.
 
     uvicorn bounds the wait between two requests (keepalive) but not the arrival of
     one: half a head, or half a body, held a connection for as long as the client
@@ -102,10 +132,10 @@ class Protocol(HttpToolsProtocol):
         # The fast lane (ticketing/fastlane.py: FastLane), when it is the application
         # and no access log wants each request's ASGI messages.
         self.lane = self.app if hasattr(self.app, "whole") and not self.access_log else None
-        self.held: RequestResponseCycle | None = None  # a fast route's request, its body to come
         # The most body a request is held for: past it (declared or come), the ASGI
         # application reads it, and refuses one over the body limit at once.
         self.most_held = min(HIGH_WATER_LIMIT, settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+        self.idle_from: float | None = None  # loop.time() of the last answer, while idle since
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -117,83 +147,168 @@ class Protocol(HttpToolsProtocol):
         self.unfinished, self.headed = True, False
 
     def on_headers_complete(self) -> None:
-        super().on_headers_complete()
+        held = self._held() if self.lane is not None else None
+        if held is None:
+            super().on_headers_complete()
+        else:
+            existing, self.cycle = self.cycle, held  # type: ignore[assignment]
+            if existing is None or existing.response_complete:
+                held.turn = True
+            else:  # pipelined: answered once the requests before it are
+                self.flow.pause_reading()
+                self.pipeline.appendleft((held, self.app))  # type: ignore[arg-type]
         self.headed = True
 
-    def on_body(self, body: bytes) -> None:
-        super().on_body(body)
-        if self.held is self.cycle and len(self.cycle.body) > self.most_held:
-            self.held = None  # a large body: the application reads it as it comes
-            super()._start_asgi_task(self.cycle, self.app)
-
-    def on_message_complete(self) -> None:
-        super().on_message_complete()
-        self.unfinished = False
-        self._disarm()
-        if self.held is not None and self.held is self.cycle:
-            self.held = None
-            self._start_answer(self.cycle)
-
-    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+    def _held(self) -> _Held | None:
+        """The request as a `_Held`, if the lane is to answer it (its scope completed
+        as uvicorn completes it); None for the ASGI application's."""
+        parser = self.parser
         if (
-            self.lane is not None
-            and app is self.app
-            and not cycle.waiting_for_100_continue  # (its body comes once it is asked for)
-            and self.lane.route_of(cycle.scope) is not None
-            and self._declared(cycle) <= self.most_held
+            self.expect_100_continue  # (its body comes once it is asked for)
+            or self.limit_concurrency is not None  # (uvicorn's own 503 decides)
+            or parser.should_upgrade()
+            or self._declared() > self.most_held
         ):
-            if cycle.more_body:
-                self.held = cycle  # answered once its body has come
-            else:  # a pipelined request, come whole while the one before was answered
-                self._start_answer(cycle)
-            return
-        super()._start_asgi_task(cycle, app)
+            return None
+        url = httptools.parse_url(self.url)
+        path = url.path.decode("ascii")
+        if "%" in path:
+            path = urllib.parse.unquote(path)
+        scope = self.scope
+        scope["method"], scope["path"] = parser.get_method().decode("ascii"), self.root_path + path
+        if self.lane.route_of(scope) is None:
+            return None  # (uvicorn's on_headers_complete completes the scope again)
+        scope["raw_path"] = self.root_path.encode("ascii") + url.path
+        scope["query_string"] = url.query or b""
+        version = parser.get_http_version()
+        if version != "1.1":
+            scope["http_version"] = version
+        return _Held(scope, version != "1.0" and parser.should_keep_alive())
 
-    @staticmethod
-    def _declared(cycle: RequestResponseCycle) -> int:
+    def _declared(self) -> int:
         """The body's declared length (0 when none is: chunked, or no body)."""
-        for name, value in cycle.scope["headers"]:
+        for name, value in self.headers:
             if name == b"content-length":
                 return int(value)  # (httptools let only digits through)
         return 0
 
-    def _start_answer(self, cycle: RequestResponseCycle) -> None:
-        task = self.loop.create_task(self._answer(cycle))
+    def on_body(self, body: bytes) -> None:
+        held = self.cycle
+        if held.__class__ is not _Held:
+            return super().on_body(body)
+        held.body += body
+        if held.turn and len(held.body) > self.most_held:  # the application reads it as it comes
+            super()._start_asgi_task(self._cycle_of(held), self.app)
+
+    def on_message_complete(self) -> None:
+        self.unfinished = False
+        self._disarm()
+        held = self.cycle
+        if held.__class__ is not _Held:
+            return super().on_message_complete()
+        held.more_body = False
+        if held.turn:
+            self._start_answer(held)
+
+    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+        if cycle.__class__ is not _Held:
+            return super()._start_asgi_task(cycle, app)
+        cycle.turn = True  # a pipelined request's turn
+        if len(cycle.body) > self.most_held:
+            super()._start_asgi_task(self._cycle_of(cycle), app)
+        elif not cycle.more_body:
+            self._start_answer(cycle)
+
+    def _cycle_of(self, held: _Held) -> RequestResponseCycle:
+        """uvicorn's cycle for a held request the ASGI application is to answer, with
+        the body come so far; it takes the held request's place as the connection's."""
+        cycle = RequestResponseCycle(
+            scope=held.scope,  # type: ignore[arg-type]
+            transport=self.transport,
+            flow=self.flow,
+            logger=self.logger,
+            access_logger=self.access_logger,
+            access_log=self.access_log,
+            default_headers=self.server_state.default_headers,
+            message_event=asyncio.Event(),
+            expect_100_continue=False,
+            keep_alive=held.keep_alive,
+            on_response=self.on_response_complete,
+        )
+        cycle.body, cycle.more_body = bytearray(held.body), held.more_body
+        cycle.disconnected = held.disconnected
+        cycle.message_event.set()
+        if self.cycle is held:
+            self.cycle = cycle
+        return cycle
+
+    def _start_answer(self, held: _Held) -> None:
+        task = self.loop.create_task(self._answer(held))
         task.add_done_callback(self.tasks.discard)
         self.tasks.add(task)
 
-    async def _answer(self, cycle: RequestResponseCycle) -> None:
-        """A held request's answer, from the lane (in place of ASGI's task and its
-        `receive` and `send` messages); from the ASGI application when the
+    async def _answer(self, held: _Held) -> None:
+        """A held request's answer, from the lane; from the ASGI application when the
         lane would not give it, or when the client does not read its answers (ASGI's
         `send` waits for it)."""
-        if cycle.disconnected:
+        if held.disconnected:
             return  # the client left: nothing is asked of the lane for it
         answer = None
         if not self.flow.write_paused:
             try:
-                answer = self.lane.whole(cycle.scope, bytes(cycle.body))
+                answer = self.lane.whole(held.scope, held.body)
             except Exception:  # the application answers it, as it answers a bug
                 answer = None
         if answer is None:
-            return super()._start_asgi_task(cycle, self.app)
+            return super()._start_asgi_task(self._cycle_of(held), self.app)
         status, headers, payload = await answer
-        if self.flow.write_paused and not cycle.disconnected:
+        if self.flow.write_paused and not held.disconnected:
             await self.flow.drain()
-        self._write_answer(cycle, status, headers, payload)
-
-    def _write_answer(self, cycle: RequestResponseCycle, status: int, headers: list, payload: bytes) -> None:
-        """The answer, as uvicorn's `send` writes it, and the request done."""
-        if cycle.disconnected:
+        if held.disconnected:
             return  # the client left
-        cycle.response_started = cycle.response_complete = True
-        self.transport.write(self._head(status, headers, len(payload), close=not cycle.keep_alive) + payload)
-        if not cycle.keep_alive:
+        held.response_started = held.response_complete = True
+        self.transport.write(self._head(status, headers, len(payload), close=not held.keep_alive) + payload)
+        if not held.keep_alive:
             self.transport.close()
         self.on_response_complete()
 
+    def _unset_keepalive_if_required(self) -> None:
+        """(uvicorn's, as each read comes and each answer ends) The connection is
+        not idle; its keep-alive timer stays, and finds so when it fires."""
+        self.idle_from = None
+
+    def on_response_complete(self) -> None:
+        """uvicorn's, but the keep-alive timer is armed once per keep-alive period,
+        not once per answer (and cancelled as each request comes): it fires, and
+        closes the connection if it has been idle since `keepalive` seconds, or
+        waits for the rest of that time."""
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        self.idle_from = self.loop.time()
+        if self.timeout_keep_alive_task is None:
+            self.timeout_keep_alive_task = self.loop.call_later(self.timeout_keep_alive, self._kept_alive)
+
+    def _kept_alive(self) -> None:
+        self.timeout_keep_alive_task = None
+        if self.idle_from is None:
+            return  # a request is coming or being answered: its answer arms the timer again
+        left = self.idle_from + self.timeout_keep_alive - self.loop.time()
+        if left > 0:
+            self.timeout_keep_alive_task = self.loop.call_later(left, self._kept_alive)
+        else:
+            self.timeout_keep_alive_handler()
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self.timeout_keep_alive_task is not None:
+            self.timeout_keep_alive_task.cancel()
+            self.timeout_keep_alive_task = None
         super().connection_lost(exc)
 
     def send_400_response(self, msg: str) -> None:

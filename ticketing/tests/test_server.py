@@ -463,6 +463,27 @@ def test_pipelined_requests_are_answered_in_order_on_either_lane(gunicorn, event
     sock.close()
 
 
+def test_an_idle_connection_is_closed_the_keep_alive_time_after_its_last_answer(gunicorn, event) -> None:
+    """The keep-alive time (5 s) counts from a connection's last answer, whichever
+    lane gave it: asked again within it, the connection stays open past 5 s from its
+    first answer; left idle, it is closed 5 s after its last, not before."""
+    base, _ = gunicorn({"WEB_CONCURRENCY": "1", **NO_LIMITS})
+    join = json.dumps({"eventId": event.event_id}).encode()
+    sock = _connect(base)
+    answers = _Answers(sock)
+    for request in (_request("POST", "/api/queue/join", join), _request("GET", "/health")):
+        sock.sendall(request)
+        assert answers.next()[0] == 200
+        time.sleep(3.5)  # 7 s since the first answer by the end
+    sock.sendall(_request("POST", "/api/queue/join", join))
+    assert answers.next()[0] == 200
+    last = time.monotonic()
+    sock.settimeout(15)
+    assert answers.closed()
+    assert 4.5 <= time.monotonic() - last <= 7.5
+    sock.close()
+
+
 def test_a_graceful_stop_answers_a_request_whose_body_is_still_coming(gunicorn, event) -> None:
     """A join half sent when the server is told to stop (SIGTERM, as a deploy does) is
     answered once the rest of it comes, with `connection: close`, and the server then
