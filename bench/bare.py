@@ -150,11 +150,7 @@ def main() -> None:
             "PYTHONPATH": f"{workdir}:{stack.app_dir}",
         }
         urls, pids = {}, {}
-        for name, worker, app in (
-            ("asgi", "bare.Worker", "bare:application"),
-            ("held", "bare.Worker", "bare:lane"),
-            ("protocol", "bare.BareWorker", "bare:application"),
-        ):
+        for name, worker, app in SERVERS:
             port = servers.free_port()
             urls[name] = f"http://127.0.0.1:{port}/api/queue/join"
             command = [app, "--config", "python:bare", "--worker-class", worker]
