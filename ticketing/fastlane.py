@@ -56,7 +56,6 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from rest_framework import exceptions as drf
 from rest_framework import serializers
 from rest_framework.authentication import SessionAuthentication
-from rest_framework.fields import empty
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.permissions import AllowAny
 from rest_framework.renderers import JSONRenderer
@@ -64,6 +63,7 @@ from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from ticketing import metrics, store
+from ticketing.api import StrictField
 from ticketing.errors import INTERNAL_ERROR, STATUS, DomainError, describe
 from ticketing.parsers import JSONParser
 
@@ -168,7 +168,7 @@ class FastRoute:
         self.method = methods[0].upper()
         self.source = view.source
         inputs = view.Input().fields.items() if view.Input else ()
-        self.fields = [(name, field.source, field.run_validation) for name, field in inputs]
+        self.fields = [(name, field.source, _reader(view, name, field)) for name, field in inputs]
         self.throttles = [throttle() for throttle in view.throttle_classes]
         self.service = view.fast_service
         self.counted = view.counted_refusals
@@ -176,6 +176,17 @@ class FastRoute:
         # Who signed in is known on Django's lane only.
         self.by_session = self.client is not None or SessionAuthentication in view.authentication_classes
         self.output = _outputs(view.Output())
+
+
+def _reader(view: type, name: str, field: serializers.Field) -> Callable[[Any], Any]:
+    """How the field reads a request's value: the plain function of a StrictField
+    (ticketing/api.py), called with None for an absent value as for null, as its
+    run_validation calls it; both lanes refuse alike only what such a field reads."""
+    if not isinstance(field, StrictField) or type(field).run_validation is not StrictField.run_validation:
+        raise ImproperlyConfigured(
+            f"{view.__module__}.{view.__qualname__}.Input.{name}: a fast view's input fields are StrictFields"
+        )
+    return type(field).parse
 
 
 # Output fields whose to_representation gives back a value of this exact type
@@ -201,11 +212,24 @@ def _shown_as_is(field: serializers.Field) -> type | None:
     return _SHOWN_AS_IS.get(type(field))
 
 
-def _outputs(serializer: serializers.Serializer) -> list[tuple]:
-    """(name, source, type written as is, shaper) per field of an output serializer."""
-    return [
-        (name, field.source, _shown_as_is(field), _shaper(field)) for name, field in serializer.fields.items()
-    ]
+def _outputs(serializer: serializers.Serializer) -> Callable[[Any], dict]:
+    """The function that writes a result as the output serializer's fields would:
+    one made for these fields, reading each attribute by name (as dataclasses makes
+    an `__init__`), since a loop over the fields (a join's answer has thirty) cost
+    more than the rest of the shaping. A value of the type a field writes as it is
+    (`_shown_as_is`) is written without the field's call."""
+    scope: dict[str, Any] = {}
+    reads, items = [], []
+    for i, (name, field) in enumerate(serializer.fields.items()):
+        if not field.source.isidentifier():
+            where = f"{type(serializer).__name__}.{name}"
+            raise ImproperlyConfigured(f"{where}: a fast view's output reads its result's attributes by name")
+        scope[f"kind{i}"], scope[f"shape{i}"] = _shown_as_is(field), _shaper(field)
+        reads.append(f"    v{i} = result.{field.source}")
+        items.append(f"{name!r}: v{i} if v{i} is None or type(v{i}) is kind{i} else shape{i}(v{i})")
+    code = "\n".join(["def shaped(result):", *reads, "    return {" + ", ".join(items) + "}"])
+    exec(code, scope)  # noqa: S102 (the code is made from the serializer's own field names)
+    return scope["shaped"]
 
 
 def _shaper(field: serializers.Field) -> Callable[[Any], Any]:
@@ -213,17 +237,8 @@ def _shaper(field: serializers.Field) -> Callable[[Any], Any]:
     fields, as the answer itself is (the join's first poll); anything else by the
     field."""
     if isinstance(field, serializers.Serializer):
-        nested = _outputs(field)
-        return lambda value: _shaped(nested, value)
+        return _outputs(field)
     return field.to_representation
-
-
-def _shaped(output: list[tuple], result: object) -> dict:
-    data = {}
-    for name, source, kind, shape in output:
-        value = getattr(result, source)
-        data[name] = value if value is None or type(value) is kind else shape(value)
-    return data
 
 
 def find_routes(patterns: list | None = None, prefix: str = "/") -> dict[str, FastRoute]:
@@ -387,7 +402,7 @@ class FastLane:
                     await throttle.acheck(meta)
                 if route.client is not None:
                     kwargs["client"] = route.client(meta)
-            data = _shaped(route.output, await route.service(**kwargs))
+            data = route.output(await route.service(**kwargs))
             status, headers, payload = 200, _JSON, orjson.dumps({"success": True, "data": data})
         except Exception as exc:  # every answer is in the envelope, a bug's too
             if isinstance(exc, TimeoutError):
@@ -430,29 +445,34 @@ def _asked(route: FastRoute, scope: Scope, body: bytes | None) -> _Ask | None:
     query), or None when its form is one Django's lane answers (a Host outside
     ALLOWED_HOSTS, a session, a bad field ...): nothing is counted or run before."""
     try:
-        host = accept = None
+        host = accept = content_type = None
+        cookies = False
         for name, value in scope["headers"]:
             if name == b"host":
                 host = value
+            elif name == b"content-type":
+                content_type = value
             elif name == b"accept":  # (repeated, joined as Django joins them)
                 accept = value if accept is None else accept + b"," + value
+            elif name == b"cookie":
+                cookies = True
         if host is None or not _allowed_host(host):
             return None  # Django's lane refuses it, as it refuses any other
-        if route.by_session and _has_session(scope):
+        if cookies and route.by_session and _has_session(scope):
             return None  # a signed-in person: Django's lane knows the account
-        data = _input(route, scope, body)
+        data = _input(scope, body, content_type)
         # DRF negotiates first: before it reads a field or counts a throttle.
         fmt = data.get(_FORMAT) if body is None else _format(scope)
         if fmt or (accept is not None and accept not in _PLAIN_ACCEPTS):
             refusal = _refusal(accept, fmt or None)
             if refusal is not None:
                 return {}, refusal
-        return {source: parse(data.get(name, empty)) for name, source, parse in route.fields}, None
+        return {source: read(data.get(name)) for name, source, read in route.fields}, None
     except (_Refused, DomainError):
         return None
 
 
-def _input(route: FastRoute, scope: Scope, body: bytes | None) -> dict:
+def _input(scope: Scope, body: bytes | None, content_type: bytes | None) -> dict:
     """The request's input as the view's Input reads it (the query string, or the
     JSON body), or _Refused."""
     if body is None:
@@ -463,10 +483,6 @@ def _input(route: FastRoute, scope: Scope, body: bytes | None) -> dict:
         return _query(query)
     if not body:
         return {}  # `curl -X POST`: no body is {}
-    content_type = None
-    for name, value in scope["headers"]:
-        if name == b"content-type":
-            content_type = value
     if content_type not in _JSON_TYPES:
         raise _Refused  # DRF decides what else it accepts (other charsets too), and says so
     try:

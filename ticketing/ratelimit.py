@@ -7,7 +7,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import ClassVar, NamedTuple
 
@@ -105,11 +105,18 @@ def limit_call(counter: str, limit: int, window_ms: int, count: int = 1) -> stor
     return _RATELIMIT.call(counter=counter, limit=limit, window=window_ms, count=count)
 
 
-def _counted(scope: str, meta: Mapping) -> list[str]:
-    return store.ratelimit_keys(scope, client_units(client_ip(meta)))
+def _counted(scope: str, meta: Mapping) -> tuple[str, ...]:
+    return _counters(scope, client_ip(meta))
 
 
-def _units_call(keys: list[str], limit: int, window_ms: int, count: int = 1) -> store.Call:
+@lru_cache(maxsize=65536)
+def _counters(scope: str, address: str) -> tuple[str, ...]:
+    """The counters of an address in a scope (kept, as `client_units` keeps its
+    units: a client that joins again is counted again)."""
+    return tuple(store.ratelimit_keys(scope, client_units(address)))
+
+
+def _units_call(keys: Sequence[str], limit: int, window_ms: int, count: int = 1) -> store.Call:
     """lua/ratelimit.lua on a client's counters (`_counted`): `limit` in its own,
     IPV6_48_LIMIT_FACTOR times it in its /48."""
     if len(keys) == 1:
@@ -141,7 +148,12 @@ def packed_net(net: str) -> bytes:
 def client_address(meta: Mapping) -> tuple[bytes, bytes]:
     """The request's client for the join's cap on places (`packed_net`): its address
     (IPv4, or IPv6 /64), and its IPv6 /48 (b"" for IPv4)."""
-    units = [packed_net(unit) for unit in client_units(client_ip(meta))]
+    return _packed(client_ip(meta))
+
+
+@lru_cache(maxsize=65536)
+def _packed(address: str) -> tuple[bytes, bytes]:
+    units = [packed_net(unit) for unit in client_units(address)]
     return units[0], units[1] if len(units) > 1 else b""
 
 
@@ -223,7 +235,7 @@ class Leases:
             lease.full = granted < asked
         return _wait_ms(verdict)
 
-    def check(self, keys: list[str], limit: int) -> int:
+    def check(self, keys: Sequence[str], limit: int) -> int:
         """Let one request through (0) or refuse it (ms until its window ends),
         asking Redis on this thread when the lease has none left."""
         counted = tuple(keys)
@@ -235,7 +247,7 @@ class Leases:
             )
         return verdict
 
-    async def acheck(self, keys: list[str], limit: int) -> int:
+    async def acheck(self, keys: Sequence[str], limit: int) -> int:
         """`check` on the fast lane: one ask in flight per client, the others wait."""
         counted = tuple(keys)
         verdict = self.take(counted)
@@ -275,8 +287,8 @@ class RedisRateThrottle(BaseThrottle):
     # each counted by a round trip (`Leases`).
     leases: ClassVar[Leases | None] = None
 
-    def _keys(self, meta: Mapping, who: str | None) -> list[str]:
-        return _counted(self.scope, meta) if who is None else [store.ratelimit_key(self.scope, who)]
+    def _keys(self, meta: Mapping, who: str | None) -> Sequence[str]:
+        return _counted(self.scope, meta) if who is None else (store.ratelimit_key(self.scope, who),)
 
     def who(self, request: Request) -> str | None:
         """What is counted: None for the client's address, "" for nothing."""
