@@ -6,6 +6,7 @@ these declarations (`fast_service`); Django's lane serves them to everything els
 
 import hashlib
 from collections.abc import Mapping
+from functools import lru_cache
 from itertools import chain
 
 from django.conf import settings
@@ -29,7 +30,15 @@ from queue_app.layout import seat_map_layout
 from queue_app.models import EVENT_ID_PATTERN, MESSAGE_MAX_LENGTH, NOTIFY_EMAIL_MAX, Event
 from ticketing.api import Endpoint, StrictField, enveloped, responses
 from ticketing.errors import DomainError, envelope
-from ticketing.ratelimit import ChallengeThrottle, JoinThrottle, LeaveThrottle, NotifyThrottle, client_address
+from ticketing.ratelimit import (
+    ChallengeThrottle,
+    JoinThrottle,
+    LeaveThrottle,
+    NotifyThrottle,
+    client_address,
+    client_ip,
+    packed_address,
+)
 
 
 def client_of(request: Request) -> services.Client:
@@ -47,8 +56,15 @@ def client_of(request: Request) -> services.Client:
 
 
 def anonymous_client(meta: Mapping) -> services.Client:
-    address, site = client_address(meta)
-    return services.Client(address=address, site=site)
+    return _anonymous(client_ip(meta))
+
+
+@lru_cache(maxsize=65536)
+def _anonymous(address: str) -> services.Client:
+    """The Client of an address, kept as its units are (`packed_address`): it is
+    frozen, so every join from the address may share it."""
+    address_bytes, site = packed_address(address)
+    return services.Client(address=address_bytes, site=site)
 
 
 # Joins and rejoins refused, counted per event by reason for the operator (the

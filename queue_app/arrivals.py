@@ -61,8 +61,11 @@ _GENERAL = int.from_bytes(b"\x7f\xff" * MOST, "big")
 _BLOCK = store.Caller("block", passes="count random open_ms back used")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Issued:
+    """A number handed out, its token and when. (Not frozen: one is made for every
+    arrival, and a frozen dataclass sets each field through object.__setattr__.)"""
+
     number: int
     token: bytes  # raw
     joined_at: int  # ms on Redis' clock

@@ -69,8 +69,11 @@ _POLL = store.Caller("poll", passes="booked token own", reply=line.PollReply)
 Call = store.Call
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Joined:
+    """A join's answer. (Not frozen, as Position is not: one is made for every
+    arrival.)"""
+
     token: str
     event_id: str
     joined_at: int | None  # ms on Redis' clock; None when the place was kept

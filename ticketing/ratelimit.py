@@ -148,11 +148,12 @@ def packed_net(net: str) -> bytes:
 def client_address(meta: Mapping) -> tuple[bytes, bytes]:
     """The request's client for the join's cap on places (`packed_net`): its address
     (IPv4, or IPv6 /64), and its IPv6 /48 (b"" for IPv4)."""
-    return _packed(client_ip(meta))
+    return packed_address(client_ip(meta))
 
 
 @lru_cache(maxsize=65536)
-def _packed(address: str) -> tuple[bytes, bytes]:
+def packed_address(address: str) -> tuple[bytes, bytes]:
+    """`client_address` of an address (`client_ip`)."""
     units = [packed_net(unit) for unit in client_units(address)]
     return units[0], units[1] if len(units) > 1 else b""
 
