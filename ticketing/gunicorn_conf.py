@@ -9,9 +9,7 @@ request cycle (docs/benchmarks.md).
 
 import asyncio
 import os
-import types
 import urllib.parse
-from collections.abc import Coroutine
 from typing import Any
 
 import httptools
@@ -95,55 +93,6 @@ class _Held:
         self.turn = False  # the requests before it on the connection are answered
 
 
-# Per event loop: the held requests whose answers begin at the end of this turn.
-_turns: dict[asyncio.AbstractEventLoop, list[tuple["Protocol", _Held]]] = {}
-
-
-def _answer_turn(loop: asyncio.AbstractEventLoop) -> None:
-    for protocol, held in _turns.pop(loop):
-        protocol._begin(held)
-
-
-def _begun(coroutine: Coroutine[Any, Any, None], loop: asyncio.AbstractEventLoop) -> asyncio.Task | None:
-    """Run the coroutine here until it first waits, then the rest by a task (as
-    Python 3.12's eager tasks do); None when it finished without waiting."""
-    try:
-        waits_for = coroutine.send(None)
-    except StopIteration:
-        return None
-    # As a task does with a future it is given: another coroutine may wait for it too.
-    blocking = getattr(waits_for, "_asyncio_future_blocking", False)
-    if blocking:
-        waits_for._asyncio_future_blocking = False
-    return loop.create_task(_rest(coroutine, waits_for, blocking))
-
-
-@types.coroutine
-def _resumed(coroutine: Any, waits_for: Any, blocking: bool) -> Any:
-    """The rest of a coroutine begun by hand, which now waits for `waits_for` (what it
-    yielded): run by a task as if the task had begun it. A future's `blocking` flag,
-    which the task reads, is put back as the coroutine left it."""
-    if blocking:
-        waits_for._asyncio_future_blocking = True
-    while True:
-        try:
-            value = yield waits_for
-        except BaseException as exc:  # (cancelled, or the future's error) the coroutine hears it
-            try:
-                waits_for = coroutine.throw(exc)
-            except StopIteration as stop:
-                return stop.value
-        else:
-            try:
-                waits_for = coroutine.send(value)
-            except StopIteration as stop:
-                return stop.value
-
-
-async def _rest(coroutine: Any, waits_for: Any, blocking: bool) -> Any:
-    return await _resumed(coroutine, waits_for, blocking)
-
-
 class Protocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, writing through `_Coalesced`, answering the fast
     lane's requests itself, with a deadline on each request's arrival, and its own
@@ -156,15 +105,11 @@ class Protocol(HttpToolsProtocol):
     cycle"). Once its head is parsed, such a request is kept as a `_Held` until its
     body has come (a body past HIGH_WATER_LIMIT or the body limit, declared or come,
     goes to the ASGI application as it comes, which refuses one over the limit at
-    once; so does any request the lane would not answer itself), then answered once
-    the loop's reads of this turn are done, with the turn's other held requests, one
-    after another (`_answer_turn`: the requests of a turn parsed together, then
-    answered together; answered each inside its own read, joins measured slower).
-    An answer runs there until it must wait (for Redis: a block of numbers, a lease,
-    a refresh of the line), and only then becomes a task, where it may wait, time
-    out, be cancelled: a task for each request, as uvicorn makes one, cost a join
-    a tenth more (docs/benchmarks.md, "A task only for an answer that waits"). The
-    rest is uvicorn's, as for any request: a
+    once; so does any request the lane would not answer itself), then answered by a
+    task of its own, which runs once the loop's reads of this turn are done (the
+    requests of a turn parsed together, then answered together: answered each inside
+    its own read, joins measured slower; and a task is where the lane's code may
+    wait, time out, be cancelled). The rest is uvicorn's, as for any request: a
     graceful shutdown waits for the answer, then closes; pipelined requests are
     answered in order; the keep-alive timer. With an access log on, every request
     takes the ASGI path.
@@ -299,27 +244,9 @@ class Protocol(HttpToolsProtocol):
         return cycle
 
     def _start_answer(self, held: _Held) -> None:
-        """Answered with the other held requests of this loop turn, once its reads are
-        done (`_answer_turn`)."""
-        turn = _turns.get(self.loop)
-        if turn is None:
-            turn = _turns[self.loop] = []
-            self.loop.call_soon(_answer_turn, self.loop)
-        turn.append((self, held))
-
-    def _begin(self, held: _Held) -> None:
-        """The held request's answer, run here until it waits (most never do: a join
-        from the block at hand, a poll from the copy of the line); the rest by a task,
-        which a graceful shutdown waits for."""
-        try:
-            task = _begun(self._answer(held), self.loop)
-        except Exception:  # (a bug: the turn's other answers are still given)
-            self.logger.exception("a held request's answer failed")
-            self.transport.close()
-            return
-        if task is not None:
-            task.add_done_callback(self.tasks.discard)
-            self.tasks.add(task)
+        task = self.loop.create_task(self._answer(held))
+        task.add_done_callback(self.tasks.discard)
+        self.tasks.add(task)
 
     async def _answer(self, held: _Held) -> None:
         """A held request's answer, from the lane; from the ASGI application when the

@@ -370,53 +370,6 @@ async def _held_then_sent(close: bool) -> tuple[bytes, bytes]:
     return before, after
 
 
-async def _begun_in_one_turn() -> dict:
-    """Five answers begun by hand in one turn: one that never waits, three waiting
-    for one future (as the joins of one client wait for one ask of its lease) beside
-    a task that waits for it too, one waiting for a future never set, cancelled;
-    what became of each."""
-    import asyncio
-
-    from ticketing.gunicorn_conf import _begun
-
-    loop = asyncio.get_running_loop()
-    shared, never = loop.create_future(), loop.create_future()
-    seen: dict = {}
-
-    async def answer(i: int) -> None:
-        if i == 0:
-            seen[i] = "at once"
-            return
-        seen[i] = await (never if i == 4 else shared)
-        await asyncio.sleep(0)
-        if i == 2:
-            raise ValueError("its own")
-
-    async def waiter() -> None:
-        seen["task"] = await shared
-
-    begun = [_begun(answer(i), loop) for i in range(5)]
-    other = loop.create_task(waiter())
-    assert begun[0] is None and seen == {0: "at once"}  # finished without a task
-    await asyncio.sleep(0)
-    begun[4].cancel()
-    shared.set_result("asked")
-    outcomes = await asyncio.gather(*begun[1:], other, return_exceptions=True)
-    return {"seen": seen, "outcomes": [type(o).__name__ for o in outcomes]}
-
-
-def test_answers_begun_in_one_turn_that_wait_for_one_future_each_hear_it() -> None:
-    """The production protocol runs each held answer until it first waits, and only
-    then makes a task for the rest (`_begun`): those waiting for one future, with a
-    task of asyncio's own waiting for it too, are each resumed with its result; an
-    error raised in one is its own; one cancelled is cancelled alone."""
-    import uvloop
-
-    found = uvloop.run(_begun_in_one_turn())
-    assert found["seen"] == {0: "at once", 1: "asked", 2: "asked", 3: "asked", "task": "asked"}
-    assert found["outcomes"] == ["NoneType", "ValueError", "NoneType", "CancelledError", "NoneType"]
-
-
 @pytest.mark.parametrize("close", [False, True], ids=["kept-alive", "closed"])
 def test_the_writes_of_one_loop_turn_leave_together(close) -> None:
     """A response's head and body leave as one send at the end of the turn they
