@@ -259,7 +259,9 @@ class Leases:
             asking = self._asking.get((loop, counted))
             if asking is None:
                 break
-            await asking  # then take from what it leased
+            # Then take from what it leased; shielded: a waiter cancelled must not
+            # cancel the ask that the others wait for.
+            await asyncio.shield(asking)
         else:
             return verdict
         done = self._asking[(loop, counted)] = loop.create_future()

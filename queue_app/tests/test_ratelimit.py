@@ -256,3 +256,25 @@ def test_refused_joins_are_counted_in_the_process_and_written_together(api, even
     assert sum(1 for cmd in seen if cmd["command"].startswith(written)) <= 1 + int(lasted)
     assert lasted < 15  # (else the bound above would let a write per refusal through)
     assert events.event_live_numbers(event.event_id)["joinsRefused"] == {"rate": 30}
+
+
+def test_a_waiter_cancelled_while_its_client_is_asked_for_leaves_the_others_theirs():
+    """Requests of one client that find its lease empty wait for one ask of Redis; one
+    of them cancelled (its client left, a graceful stop ran out of time) must not
+    cancel the ask for the others: the asker and the others are let through."""
+    import asyncio
+
+    leases = ratelimit.Leases()
+    keys = (store.ratelimit_key("join", f"cancelled-{uuid.uuid4().hex}"),)
+
+    async def main() -> list:
+        asker = asyncio.ensure_future(leases.acheck(keys, 1000))
+        await asyncio.sleep(0)  # its ask is sent: the next ones wait for it
+        waiters = [asyncio.ensure_future(leases.acheck(keys, 1000)) for _ in range(3)]
+        await asyncio.sleep(0)
+        waiters[0].cancel()
+        return await asyncio.gather(asker, *waiters, return_exceptions=True)
+
+    asker, cancelled, *others = asyncio.run(main())
+    assert isinstance(cancelled, asyncio.CancelledError)
+    assert [asker, *others] == [0, 0, 0]
