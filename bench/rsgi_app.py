@@ -16,9 +16,12 @@ import django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "ticketing.settings")
 django.setup()
 
+from django.conf import settings  # noqa: E402
+
 from ticketing.asgi import application as lane  # noqa: E402 (needs the settings loaded above)
 
 _NOT_HERE = [("content-type", "application/json")]
+_MOST = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
 
 
 class App:
@@ -41,7 +44,8 @@ class App:
             "client": (host, int(port or 0)),
         }
         body = b"" if scope.method == "GET" else await proto()
-        answer = lane.whole(asked, body)
+        route = lane.route_of(asked)
+        answer = None if route is None or len(body) > _MOST else lane.whole(route, asked, body)
         if answer is None:
             proto.response_bytes(404, _NOT_HERE, b'{"success":false}')
             return

@@ -5,7 +5,6 @@ these declarations (`fast_service`); Django's lane serves them to everything els
 """
 
 import hashlib
-from collections.abc import Mapping
 from functools import lru_cache
 from itertools import chain
 
@@ -55,14 +54,10 @@ def client_of(request: Request) -> services.Client:
     return services.Client(account=str(account), address=address, site=site)
 
 
-def anonymous_client(meta: Mapping) -> services.Client:
-    return _anonymous(client_ip(meta))
-
-
 @lru_cache(maxsize=65536)
-def _anonymous(address: str) -> services.Client:
-    """The Client of an address, kept as its units are (`packed_address`): it is
-    frozen, so every join from the address may share it."""
+def anonymous_client(address: str) -> services.Client:
+    """The Client at an address (`client_ip`), kept as its units are
+    (`packed_address`): it is frozen, so every join from the address may share it."""
     address_bytes, site = packed_address(address)
     return services.Client(address=address_bytes, site=site)
 
@@ -461,7 +456,7 @@ class ChallengeView(Endpoint):
         ),
     )
     def get(self, request: Request) -> Response:
-        client = anonymous_client(request.META)  # the cap counts addresses, never accounts
+        client = anonymous_client(client_ip(request.META))  # the cap counts addresses, never accounts
         return self.answer(services.queue_challenge(**self.validated(request), client=client))
 
 

@@ -36,6 +36,7 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -80,8 +81,8 @@ class _Block:
     until: float  # time.monotonic() after which none of it is handed out
     at_ms: int  # Redis' clock when Redis took it
     taken: float  # time.monotonic() when its reply came
-    gen: bytes
     random: bytes
+    mint: Callable[[int, bytes], bytes]  # its numbers' tokens (tokens.minter)
     next: int = 0
 
 
@@ -136,7 +137,7 @@ def _hand_out(e: _Event, now: float, asked: bool = False) -> Issued | None:
     n = b.next
     b.next += 1
     at = (n - b.first) * 2
-    token = tokens.mint(e.event_id, n, b.gen, b.random[at : at + 2])
+    token = b.mint(n, b.random[at : at + 2])
     return Issued(n, token, b.at_ms + int((now - b.taken) * 1000))
 
 
@@ -192,8 +193,8 @@ def _first_of(e: _Event, reply: list, random: bytes, asked: float) -> Issued | N
         until=asked + _block_ms() / 1000,
         at_ms=at_ms,
         taken=now,
-        gen=bytes.fromhex(gen.decode()),
         random=random,
+        mint=tokens.minter(e.event_id, bytes.fromhex(gen.decode())),
         next=first,
     )
     _start_reaper()
@@ -249,6 +250,13 @@ def issue(event_id: str) -> Issued | None:
             raise
         with e.lock:
             return _first_of(e, reply, random, asked)
+
+
+def at_hand(event_id: str) -> Issued | None:
+    """A new person's number and token from the block at hand (nearly always), or
+    None: then `issue` or `aissue` says whether there is one."""
+    found = _at_hand(_event(event_id))
+    return None if found is _TAKE else found
 
 
 async def aissue(event_id: str) -> Issued | None:

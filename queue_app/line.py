@@ -201,14 +201,14 @@ class Line:
         if place < 0:
             return 0
         byte = place >> 3
-        block = byte // BLOCK_BYTES
         if self.prefix is None:
             self.prefix = [0, *accumulate(self.blocks)]
+        if byte >= len(self.bits):
+            return self.prefix[-1]  # all who left (a place at the back: a join's)
+        block = byte // BLOCK_BYTES
         count = self.prefix[min(block, len(self.blocks))]
         count += int.from_bytes(self.bits[block * BLOCK_BYTES : byte], "big").bit_count()
-        if byte < len(self.bits):
-            count += (self.bits[byte] >> (7 - (place & 7))).bit_count()
-        return count
+        return count + (self.bits[byte] >> (7 - (place & 7))).bit_count()
 
     def is_left(self, place: int) -> bool:
         byte = place >> 3
@@ -407,6 +407,19 @@ async def _once(event_id: str, what: Any, work: Any) -> None:
             del _pending[(loop, event_id, what)]
     else:
         await asyncio.shield(pending)
+
+
+def at_hand(event_id: str, number: int = 0, lane: bool = False) -> Line | None:
+    """The line as `acurrent` would give it without waiting (nearly always: a copy
+    read within the refresh interval, with what `number`'s poll needs), else None."""
+    line = _lines.get(tokens.signed_for(event_id, lane))
+    if (
+        line is None
+        or time.monotonic() - line.read_at >= _refresh_seconds
+        or line.missing_positions(number) is not None
+    ):
+        return None
+    return line
 
 
 async def acurrent(event_id: str, number: int = 0, lane: bool = False) -> Line:

@@ -23,6 +23,7 @@ from queue_app import proof as queue_proof
 from queue_app.models import EVENT_ID_RE
 from queue_app.tokens import Token, issued, issued_place, parse_token
 from ticketing import store
+from ticketing.conf import setting
 from ticketing.errors import DomainError, validation_error
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ def account_may_hold_place(user_id: int) -> bool:
 
 def parse_event_id(value: object) -> str:
     if value is None or value == "":
-        return settings.EVENT_ID
+        return setting("EVENT_ID")
     if not isinstance(value, str) or not EVENT_ID_RE.match(value):
         raise validation_error("eventId must be 1-64 letters, digits, '.', '_' or '-'.")
     return value
@@ -267,7 +268,7 @@ def _from_block(event_id: str, issued: arrivals.Issued, token: Token, reply: lin
 def _blocks(token: Token | None, proof: str | None) -> bool:
     """Whether a join may take its number from a block: a new person who sent no
     proof of work (one sent is checked by the join script, whatever the event)."""
-    return token is None and proof is None and settings.QUEUE_BLOCK_MS > 0
+    return token is None and proof is None and setting("QUEUE_BLOCK_MS") > 0
 
 
 def _join(event_id: str, token: Token | None, proof: str | None, client: Client, code: str | None) -> Joined:
@@ -296,9 +297,15 @@ def _join(event_id: str, token: Token | None, proof: str | None, client: Client,
 async def _ajoin(
     event_id: str, token: Token | None, proof: str | None, client: Client, code: str | None
 ) -> Joined:
-    if _blocks(token, proof) and (issued := await arrivals.aissue(event_id)) is not None:
+    # (`at_hand`: the number and the copy as nearly every join finds them, without a
+    # coroutine each.)
+    if (
+        _blocks(token, proof)
+        and (issued := arrivals.at_hand(event_id) or await arrivals.aissue(event_id)) is not None
+    ):
         new = Token.of(issued.token)
-        found = (await line.acurrent(event_id, issued.number)).answer(new.raw, issued.number, fresh=True)
+        copy = line.at_hand(event_id, issued.number) or await line.acurrent(event_id, issued.number)
+        found = copy.answer(new.raw, issued.number, fresh=True)
         return _from_block(event_id, issued, new, found or await store.arun(_poll_call(event_id, new)))
     call, unverified = _join_call(event_id, token, proof, client, code)
     reply = await store.arun(call)
@@ -313,9 +320,9 @@ async def _ajoin(
     joined = _joined(event_id, token, reply, client, unverified)
     new = parse_token(joined.token)
     number, lane = issued_place(event_id, new)
-    found = joined.status == "WAITING" and (await line.acurrent(event_id, number, lane)).answer(
-        new.raw, number, fresh=True
-    )
+    found = joined.status == "WAITING" and (
+        line.at_hand(event_id, number, lane) or await line.acurrent(event_id, number, lane)
+    ).answer(new.raw, number, fresh=True)
     return _with_position(joined, new, found or await store.arun(_poll_call(event_id, new)), lane)
 
 
@@ -617,7 +624,8 @@ def queue_poll(*, event_id: str, token: Token, own: bool = True) -> Position:
 
 async def aqueue_poll(*, event_id: str, token: Token) -> Position:
     number, lane = issued_place(event_id, token)
-    reply = (await line.acurrent(event_id, number, lane)).answer(token.raw, number)
+    copy = line.at_hand(event_id, number, lane) or await line.acurrent(event_id, number, lane)
+    reply = copy.answer(token.raw, number)
     if reply is None:
         reply = await store.arun(_poll_call(event_id, token))
     at = _position(event_id, token, reply, lane)

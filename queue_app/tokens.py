@@ -37,6 +37,7 @@ import hmac
 import os
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache, cached_property
 
@@ -115,11 +116,16 @@ def new_nonce() -> bytes:
     return os.urandom(NONCE_BYTES)
 
 
-def _mac(key: Key, event_id: str, head: bytes, number: bytes) -> bytes:
-    """HMAC-SHA1(key, eventId 0x00 head number), from the key's hashed pads."""
+def _mac(key: Key, line: str, head: bytes, number: bytes) -> bytes:
+    """HMAC-SHA1(key, line 0x00 head number), from the key's hashed pads (`line`:
+    what its tokens are signed for, `signed_for`)."""
+    return _hmac(key, line.encode() + b"\0" + head + number)
+
+
+def _hmac(key: Key, message: bytes) -> bytes:
     inner, outer = key.hashed_pads
     inner, outer = inner.copy(), outer.copy()
-    inner.update(event_id.encode() + b"\0" + head + number)
+    inner.update(message)
     outer.update(inner.digest())
     return outer.digest()
 
@@ -150,6 +156,19 @@ def mint(
     head = (os.urandom(GENERATION_BYTES) if gen is None else gen) + nonce
     encoded = number.to_bytes(5, "big")
     return _assemble(head, encoded, _mac(keys()[0], signed_for(event_id, lane), head, encoded))
+
+
+def minter(event_id: str, gen: bytes) -> Callable[[int, bytes], bytes]:
+    """`mint` for the general line's numbers of one generation, each with random bytes
+    as the line keeps them (`lane_nonce`): a block of arrival numbers
+    (queue_app/arrivals.py), whose tokens share what is made here once."""
+    prefix = event_id.encode() + b"\0" + gen
+
+    def minted(number: int, nonce: bytes) -> bytes:
+        encoded = number.to_bytes(5, "big")
+        return _assemble(gen + nonce, encoded, _hmac(keys()[0], prefix + nonce + encoded))
+
+    return minted
 
 
 def reissued(event_id: str, number: int, head: bytes, lane: bool) -> list[bytes]:

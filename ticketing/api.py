@@ -11,7 +11,7 @@ that declares what that lane does not honour (another permission, renderer, pars
 authentication or versioning) stops the server's start-up (fastlane.HONOURED).
 """
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from functools import cache
 from typing import Any, ClassVar
 
@@ -38,10 +38,11 @@ class Endpoint(APIView):
     # lanes; ticketing.store.count_refusal).
     counted_refusals: ClassVar[dict[str, str]] = {}
     # For a service that takes a `client` argument (who asks): builds it on the fast
-    # lane from the request's meta (peer, X-Forwarded-For). That lane has no
-    # session, so it hands requests carrying a session cookie to Django's lane,
-    # where the view builds `client` itself.
-    fast_client: ClassVar[Callable[[Mapping], Any] | None] = None
+    # lane from the client's address (ticketing.ratelimit.client_ip: the peer, or
+    # X-Forwarded-For's from a trusted proxy). That lane has no session, so it hands
+    # requests carrying a session cookie to Django's lane, where the view builds
+    # `client` itself.
+    fast_client: ClassVar[Callable[[str], Any] | None] = None
 
     def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, Http404):

@@ -66,6 +66,7 @@ from ticketing import metrics, store
 from ticketing.api import StrictField
 from ticketing.errors import INTERNAL_ERROR, STATUS, DomainError, describe
 from ticketing.parsers import JSONParser
+from ticketing.ratelimit import client_ip
 
 log = logging.getLogger(__name__)
 
@@ -373,16 +374,16 @@ class FastLane:
             return await self.django(scope, receive, send, body)
         await _send(send, *await self.answer(route, scope, asked, start))
 
-    def whole(self, scope: Scope, body: bytes) -> Coroutine[Any, Any, tuple[int, list, bytes]] | None:
-        """The answer to a request a server holds whole, body and all, without ASGI's
-        messages (ticketing/gunicorn_conf.py): (status, headers, payload), once
-        awaited. None when the lane would not answer it itself (no fast route, a
-        body over the limit, a form Django's lane answers): the server then runs the
-        ASGI application, which answers it as always."""
+    def whole(
+        self, route: FastRoute, scope: Scope, body: bytes
+    ) -> Coroutine[Any, Any, tuple[int, list, bytes]] | None:
+        """The answer to a request of the fast route (`route_of`) that a server holds
+        whole, body and all, up to the body limit (DATA_UPLOAD_MAX_MEMORY_SIZE),
+        without ASGI's messages (ticketing/gunicorn_conf.py): (status, headers,
+        payload), once awaited. None when the lane would not answer it itself (a form
+        Django's lane answers): the server then runs the ASGI application, which
+        answers it as always."""
         start = time.perf_counter()
-        route = self.route_of(scope)
-        if route is None or len(body) > settings.DATA_UPLOAD_MAX_MEMORY_SIZE:
-            return None
         asked = _asked(route, scope, None if route.source == "query" else body)
         return None if asked is None else self.answer(route, scope, asked, start)
 
@@ -397,11 +398,11 @@ class FastLane:
                 raise refusal.with_traceback(None)  # (one instance, remembered: no frames kept)
             # (Every Redis command of the lane is bounded by the batcher's timer.)
             if route.throttles or route.client is not None:
-                meta = _meta(scope)
+                address = _address(scope)
                 for throttle in route.throttles:
-                    await throttle.acheck(meta)
+                    await throttle.acheck(address)
                 if route.client is not None:
-                    kwargs["client"] = route.client(meta)
+                    kwargs["client"] = route.client(address)
             data = route.output(await route.service(**kwargs))
             status, headers, payload = 200, _JSON, orjson.dumps({"success": True, "data": data})
         except Exception as exc:  # every answer is in the envelope, a bug's too
@@ -498,12 +499,13 @@ def _input(scope: Scope, body: bytes | None, content_type: bytes | None) -> dict
 # it by a test): no negotiation for them. Without a header DRF reads */*.
 _PLAIN_ACCEPTS = frozenset({b"*/*", b"application/json"})
 _FORMAT = api_settings.URL_FORMAT_OVERRIDE  # ?format=json
+_FORMAT_BYTES = _FORMAT.encode() if _FORMAT else b""
 
 
 def _format(scope: Scope) -> str | None:
     """The `?format=` DRF reads (the last given) beside a body, or None."""
     query = scope["query_string"]
-    if not _FORMAT or (_FORMAT.encode() not in query and b"%" not in query):
+    if not _FORMAT or (_FORMAT_BYTES not in query and b"%" not in query):
         return None
     try:
         return _query(query.decode("ascii")).get(_FORMAT)
@@ -598,10 +600,11 @@ def _session_cookie() -> bytes:
     return settings.SESSION_COOKIE_NAME.encode() + b"="
 
 
-def _meta(scope: Scope) -> dict[str, str]:
-    """The parts of a WSGI environ the throttles read: the peer and X-Forwarded-For."""
+def _address(scope: Scope) -> str:
+    """The client's address, as `client_ip` reads it from the parts of a WSGI environ
+    it reads: the peer and X-Forwarded-For."""
     meta = {"REMOTE_ADDR": scope["client"][0] if scope.get("client") else ""}
     hops = [value.decode("latin-1") for name, value in scope["headers"] if name == b"x-forwarded-for"]
     if hops:
         meta["HTTP_X_FORWARDED_FOR"] = ",".join(hops)  # as Django joins repeated headers
-    return meta
+    return client_ip(meta)

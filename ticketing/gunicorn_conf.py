@@ -82,13 +82,14 @@ class _Held:
     shutdown, the pipeline), without the cycle's ASGI parts. `_cycle_of` makes it one
     when the ASGI application is to answer it after all."""
 
-    __slots__ = ("scope", "body", "more_body", "keep_alive", "disconnected", "response_started",
-                 "response_complete", "turn")  # fmt: skip
+    __slots__ = ("route", "scope", "body", "more_body", "keep_alive", "disconnected",
+                 "response_started", "response_complete", "turn")  # fmt: skip
     message_event = _NoEvent
     waiting_for_100_continue = False
 
-    def __init__(self, scope: dict, keep_alive: bool) -> None:
-        self.scope, self.body, self.more_body, self.keep_alive = scope, b"", True, keep_alive
+    def __init__(self, route: Any, scope: dict, keep_alive: bool) -> None:
+        self.route, self.scope, self.keep_alive = route, scope, keep_alive
+        self.body, self.more_body = b"", True
         self.disconnected = self.response_started = self.response_complete = False
         self.turn = False  # the requests before it on the connection are answered
 
@@ -177,14 +178,15 @@ class Protocol(HttpToolsProtocol):
             path = urllib.parse.unquote(path)
         scope = self.scope
         scope["method"], scope["path"] = parser.get_method().decode("ascii"), self.root_path + path
-        if self.lane.route_of(scope) is None:
+        route = self.lane.route_of(scope)
+        if route is None:
             return None  # (uvicorn's on_headers_complete completes the scope again)
         scope["raw_path"] = self.root_path.encode("ascii") + url.path
         scope["query_string"] = url.query or b""
         version = parser.get_http_version()
         if version != "1.1":
             scope["http_version"] = version
-        return _Held(scope, version != "1.0" and parser.should_keep_alive())
+        return _Held(route, scope, version != "1.0" and parser.should_keep_alive())
 
     def _declared(self) -> int:
         """The body's declared length (0 when none is: chunked, or no body)."""
@@ -257,7 +259,7 @@ class Protocol(HttpToolsProtocol):
         answer = None
         if not self.flow.write_paused:
             try:
-                answer = self.lane.whole(held.scope, held.body)
+                answer = self.lane.whole(held.route, held.scope, held.body)
             except Exception:  # the application answers it, as it answers a bug
                 answer = None
         if answer is None:
@@ -268,7 +270,8 @@ class Protocol(HttpToolsProtocol):
         if held.disconnected:
             return  # the client left
         held.response_started = held.response_complete = True
-        self.transport.write(self._head(status, headers, len(payload), close=not held.keep_alive) + payload)
+        head = self._head(status, headers, len(payload), close=not held.keep_alive)
+        self.transport.write(head + payload)
         if not held.keep_alive:
             self.transport.close()
         self.on_response_complete()
@@ -348,15 +351,24 @@ class Protocol(HttpToolsProtocol):
         self.transport.close()
 
     def _head(self, status: int, headers: list[tuple[bytes, bytes]], length: int, *, close: bool) -> bytes:
-        """An answer's status line and headers (the server's own first, as uvicorn's)."""
-        head = [STATUS_LINE[status]]
-        for name, value in (*self.server_state.default_headers, *headers):
-            head += (name, b": ", value, b"\r\n")
-        head.append(b"content-length: %d\r\n" % length)
-        if close:
-            head.append(b"connection: close\r\n")
-        head.append(b"\r\n")
-        return b"".join(head)
+        """An answer's status line and headers (the server's own first, as uvicorn's).
+        All but the length are written once for the answers of a status that share
+        their header list, as the lane's do, while the server's own are the same
+        list (uvicorn makes a new one each second, for its date)."""
+        defaults = self.server_state.default_headers
+        made = _HEADS.get(status)
+        if made is None or made[0] is not defaults or made[1] is not headers:
+            lines = [STATUS_LINE[status]]
+            for name, value in (*defaults, *headers):
+                lines += (name, b": ", value, b"\r\n")
+            made = _HEADS[status] = (defaults, headers, b"".join(lines))
+        return made[2] + (_CLOSING if close else _KEPT) % length
+
+
+# Per status: the server's headers and the answer's, as lists, and the head they made.
+_HEADS: dict[int, tuple[list, list, bytes]] = {}
+_KEPT = b"content-length: %d\r\n\r\n"
+_CLOSING = b"content-length: %d\r\nconnection: close\r\n\r\n"
 
 
 class Worker(UvicornWorker):

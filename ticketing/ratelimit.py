@@ -17,6 +17,7 @@ from rest_framework.throttling import BaseThrottle
 from rest_framework.views import APIView
 
 from ticketing import store
+from ticketing.conf import setting
 from ticketing.errors import rate_limited
 
 WINDOW_MS = 1000
@@ -312,16 +313,17 @@ class RedisRateThrottle(BaseThrottle):
     def wait(self) -> float:
         return self._wait
 
-    async def acheck(self, meta: Mapping) -> None:
-        """Raise RATE_LIMIT past the limit, as DRF's Throttled would read."""
-        limit = getattr(settings, self.setting)
+    async def acheck(self, address: str) -> None:
+        """Raise RATE_LIMIT past the limit for the client at `address` (`client_ip`),
+        as DRF's Throttled would read."""
+        limit = setting(self.setting)
         if limit <= 0:
             return
-        keys = self._keys(meta, None)
-        if self.leases is not None:
-            wait_ms = await self.leases.acheck(keys, limit)
-        else:
+        keys = _counters(self.scope, address)
+        if self.leases is None:
             wait_ms = _wait_ms(await store.arun(_units_call(keys, limit, WINDOW_MS)))
+        elif (wait_ms := self.leases.take(keys)) is None:  # (nearly always from the lease)
+            wait_ms = await self.leases.acheck(keys, limit)
         if wait_ms:
             raise rate_limited(wait_ms / 1000)
 

@@ -210,3 +210,15 @@ def test_the_copy_answers_a_drawn_pre_queue_as_redis_does(make_event, lane):
     assert answered > 100
     reads = line._lines[event.event_id].positions
     assert sorted(reads) == [0, 1, 2]  # the chunks these people fell in, once each
+
+
+def test_the_copy_counts_who_left_before_any_place() -> None:
+    """left_upto, against a plain count: within the blocks of leavers, at their
+    edges, and past the last of them (a join's place at the back)."""
+    copy = line.Line("counted")
+    left = sorted({7, 8, 9, 4095, 4096, 4100, 9000, 12_287, 12_288, 20_001})
+    for place in left:
+        copy._left(place)
+    for place in [-1, 0, 6, 7, 8, 9, 10, 4094, 4095, 4096, 4097, 8191, 9000, 12_288, 20_000, 20_001, 20_002,
+                  20_007, 20_008, 1_000_000]:  # fmt: skip
+        assert copy.left_upto(place) == bisect.bisect_right(left, place), place
