@@ -212,7 +212,7 @@ def reconcile_corrected(event_id: str, **kinds: int) -> None:
 
 
 class _Pending(store.EverySecond):
-    """This process's latency observations not yet in Redis: per series, a count
+    """This process's latency observations not yet in Redis: per route, a count
     per bucket and the sum in µs (what every request adds: a few list items, not a
     histogram's fields), made the hash's fields when written (`counts` holds those
     of a failed write: a few per route, bounded)."""
@@ -221,20 +221,20 @@ class _Pending(store.EverySecond):
         super().__init__("request latencies")
         self.rows: dict[str, list[int]] = {}
 
-    def observe(self, series: str, seconds: float) -> None:
+    def observe(self, route: str, seconds: float) -> None:
         with self.lock:
-            row = self.rows.get(series)
+            row = self.rows.get(route)
             if row is None:
-                row = self.rows[series] = [0] * (len(BUCKETS) + 2)
+                row = self.rows[route] = [0] * (len(BUCKETS) + 2)
             row[bisect.bisect_left(BUCKETS, seconds)] += 1
             row[-1] += round(seconds * 1e6)
             self.wake()
 
     def taken(self) -> Counter:
         counts, rows, self.rows = super().taken(), self.rows, {}
-        for series, row in rows.items():
-            counts.update({f"{series}|{i}": n for i, n in enumerate(row[:-1]) if n})
-            counts[f"{series}|sum_us"] += row[-1]
+        for route, row in rows.items():
+            counts.update({f"request|{route}|{i}": n for i, n in enumerate(row[:-1]) if n})
+            counts[f"request|{route}|sum_us"] += row[-1]
         return counts
 
     def write(self, counts: Counter) -> None:
@@ -249,7 +249,7 @@ _pending = _Pending()
 
 def observe_request(route: str, seconds: float) -> None:
     """One request's latency, by route pattern (the same label on both lanes)."""
-    _pending.observe(f"request|{route}", seconds)
+    _pending.observe(route, seconds)
 
 
 class RequestLatencyMiddleware:
