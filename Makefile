@@ -16,20 +16,16 @@ $(BIN)/.installed: requirements.txt requirements-dev.txt
 run: $(BIN)/.installed
 	$(BIN)/python -m ticketing.devstack serve $(if $(V),--verbose)
 
-# Every test on one Redis, then the Redis tests again on a Redis Cluster; but the
-# slow ones (marked slow, minutes each), which `make test-slow` runs.
+# Every test on one Redis and, beside it, the Redis tests again on a local Redis
+# Cluster of three primaries that the run starts and removes (REDIS_CLUSTER=true);
+# but the slow ones (marked slow, minutes each), which `make test-slow` runs. The
+# cluster run (testsupport/suites.py) leaves out the tests that need a single
+# redis-server (marked single_redis) or RabbitMQ itself; `make test-cluster` runs it alone.
 test: lint
-	$(BIN)/python -m ticketing.devstack exec -- $(BIN)/python -m pytest $(PYTEST_ARGS)
-	$(MAKE) --no-print-directory test-cluster
+	$(BIN)/python -m testsupport.suites $(PYTEST_ARGS)
 
-# The queue's and booking's tests, and the scripts', against a local Redis Cluster
-# of three primaries that the run starts and removes (REDIS_CLUSTER=true); tests
-# that need a single redis-server (marked single_redis) are left out, as are the slow ones.
-CLUSTER_TESTS := queue_app booking_app ticketing/tests/test_lua.py ticketing/tests/test_lua_writes.py \
-	ticketing/tests/test_batcher.py ticketing/tests/test_server.py ticketing/tests/test_metrics.py
 test-cluster: $(BIN)/.installed
-	$(BIN)/python -m ticketing.devstack exec --cluster -- \
-		$(BIN)/python -m pytest -m "not single_redis and not slow" $(CLUSTER_TESTS) $(PYTEST_ARGS)
+	$(BIN)/python -m testsupport.suites --cluster $(PYTEST_ARGS)
 
 # The tests marked slow (two million joins and the ticks after them: minutes), on a
 # Redis and a Postgres of their own, as make test.

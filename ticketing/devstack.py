@@ -17,7 +17,9 @@ second owner waits for the first.
 
 `exec -- CMD` runs one command (the test suite) on servers of its own, thrown
 away afterwards: never the published stack. `exec --cluster -- CMD` uses a local
-Redis Cluster of three primaries instead of one Redis.
+Redis Cluster of three primaries instead of one Redis, with a Redis of its own as
+Celery's broker and, on the environment's Postgres, a database of its own, so that
+it can run beside an `exec` of the same command (testsupport/suites.py).
 """
 
 import argparse
@@ -31,6 +33,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from ticketing import servers
 
@@ -363,14 +366,19 @@ def _own_redis() -> Iterator[None]:
 
 @contextlib.contextmanager
 def _own_broker() -> Iterator[None]:
-    """A Redis Cluster cannot be Celery's broker: without RABBITMQ_URL, a plain
-    Redis of its own is."""
-    if os.environ.get("RABBITMQ_URL"):
-        yield
-        return
+    """Celery's broker for a cluster run: a plain Redis of its own (a Redis Cluster
+    cannot be one), whatever RABBITMQ_URL names, so that a one-Redis run beside it
+    on the same RabbitMQ never has its tasks taken by this run's workers."""
     with servers.temporary_redis() as url:
         os.environ["RABBITMQ_URL"] = url
         yield
+
+
+def _database_of_its_own() -> None:
+    """The environment's Postgres, another database: a one-Redis run beside the
+    cluster run has its test database on the same server."""
+    url = urlsplit(os.environ["DATABASE_URL"])
+    os.environ["DATABASE_URL"] = urlunsplit(url._replace(path=url.path.rstrip("/") + "_cluster"))
 
 
 @contextlib.contextmanager
@@ -391,6 +399,8 @@ def execute(cmd: list[str], *, cluster: bool = False) -> int:
     if not os.environ.get("DRAW_SIGNING_KEY"):
         os.environ["DRAW_SIGNING_KEY"] = base64.b64encode(os.urandom(32)).decode()
     _test_payments()
+    if cluster and configured()["database"]:
+        _database_of_its_own()
     with _own_postgres():
         if not cluster:
             with _own_redis():

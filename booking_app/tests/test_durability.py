@@ -316,6 +316,7 @@ def _consume(queue_name: str, seconds: float = 10) -> list[dict]:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.rabbitmq
 def test_booking_completed_reaches_rabbitmq(postgres, rabbitmq, api, make_event, active_tokens):
     event = make_event(total_seats=10)
     token = active_tokens(event, 1)[0]
@@ -368,6 +369,7 @@ def _broker_that_never_answers() -> Iterator[str]:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.rabbitmq
 def test_a_broker_outage_never_fails_a_booking(postgres, rabbitmq, api, make_event, active_tokens):
     event = make_event(total_seats=10)
     tokens = active_tokens(event, 3)

@@ -1,7 +1,8 @@
 """The browser the page tests drive: headless Chromium (Debian's /usr/bin/chromium,
 driven by Playwright; no browser download), watched for console errors and uncaught
-exceptions, which fail the test. Screenshots go to test-artifacts/screenshots/, and
-to docs/screenshots/ with UPDATE_SCREENSHOTS=1. A pytest plugin (the root conftest
+exceptions, which fail the test. Screenshots go to test-artifacts/screenshots/ (the
+Redis Cluster run's, beside it, to screenshots-cluster/), and the one-Redis run's to
+docs/screenshots/ with UPDATE_SCREENSHOTS=1. A pytest plugin (the root conftest
 loads it), so that every app's page tests share one browser per module."""
 
 import contextlib
@@ -21,7 +22,8 @@ from testsupport import require
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 CHROMIUM = "/usr/bin/chromium"
-ARTIFACTS = Path(settings.BASE_DIR) / "test-artifacts" / "screenshots"
+_RUN = "screenshots-cluster" if settings.REDIS_CLUSTER else "screenshots"
+ARTIFACTS = Path(settings.BASE_DIR) / "test-artifacts" / _RUN
 DOCS = Path(settings.BASE_DIR) / "docs" / "screenshots"
 
 
@@ -116,7 +118,7 @@ def shot(page, name: str) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
-    if os.environ.get("UPDATE_SCREENSHOTS"):
+    if os.environ.get("UPDATE_SCREENSHOTS") and not settings.REDIS_CLUSTER:
         DOCS.mkdir(parents=True, exist_ok=True)
         shutil.copy(path, DOCS / path.name)
 

@@ -48,7 +48,7 @@ def _start(venv: Path, args: list[str], env: dict, log: Path) -> subprocess.Pope
     )
 
 
-@pytest.mark.parametrize("broker", ["rabbitmq", "redis"])
+@pytest.mark.parametrize("broker", [pytest.param("rabbitmq", marks=pytest.mark.rabbitmq), "redis"])
 def test_web_worker_and_beat_run_from_requirements_alone(fresh_venv, make_event, tmp_path, broker):
     if broker == "rabbitmq":
         require(bool(os.environ.get("RABBITMQ_URL")), "RABBITMQ_URL is not set")
