@@ -14,6 +14,7 @@ var/log/test-cluster.log while it runs, follows the one-Redis run's.
     python -m testsupport.suites --cluster [PYTEST_ARGS...]  # the cluster run alone
 """
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -53,15 +54,23 @@ def cluster(args: list[str]) -> list[str]:
     ]  # fmt: skip
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    """Interrupt a run and what it started, as Ctrl-C does: its servers stop on SIGINT."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGINT)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+def _stop(*runs: subprocess.Popen) -> None:
+    """Interrupt the runs and what they started, as Ctrl-C does, and wait for them to
+    finish: each test's teardown stops its servers and workers (a Celery worker's warm
+    shutdown may take its 30 s), then the run's own servers stop. Interrupted again,
+    they are killed there and then."""
+    live = [run for run in runs if run.poll() is None]
+    for run in live:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(run.pid, signal.SIGINT)
+    try:
+        for run in live:
+            run.wait()
+    except (KeyboardInterrupt, SystemExit):
+        for run in live:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(run.pid, signal.SIGKILL)
+        raise
 
 
 def _run(command: list[str], **kwargs) -> subprocess.Popen:
@@ -74,11 +83,12 @@ def side_by_side(args: list[str]) -> int:
     collect = [sys.executable, "manage.py", "collectstatic", "--noinput", "-v", "0"]
     subprocess.run(collect, cwd=BASE_DIR, check=True)
     CLUSTER_LOG.parent.mkdir(parents=True, exist_ok=True)
+    # Ctrl-C or a stop from outside (CI's time limit) stops both runs, and their servers:
+    # the handler is in place before either starts, as neither hears the terminal's signals.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with CLUSTER_LOG.open("w") as log:
         beside = _run(cluster(args), stdout=log, stderr=subprocess.STDOUT)
     first = _run(one_redis(args))
-    # Ctrl-C or a stop from outside (CI's time limit) stops both runs, and their servers.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         first_rc = first.wait()
         if beside.poll() is None:
@@ -86,8 +96,7 @@ def side_by_side(args: list[str]) -> int:
             print(f"\nThe Redis Cluster run beside it is still going ({log_name})", flush=True)
         beside_rc = beside.wait()
     except (KeyboardInterrupt, SystemExit):
-        _stop(first)
-        _stop(beside)
+        _stop(first, beside)
         raise
     print("\n--- the same tests on a local Redis Cluster ---", flush=True)
     sys.stdout.write(CLUSTER_LOG.read_text())
